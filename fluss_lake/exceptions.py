@@ -1,0 +1,123 @@
+"""One exception tree for fluss-lake, rooted in :class:`FlussLakeError`.
+
+Every message says what went wrong and what to do about it. ``retriable`` tells a caller whether the
+same call may succeed if simply tried again (a commit race, a storage endpoint that stopped answering).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "FlussLakeError",
+    "InvalidNameError",
+    "InvalidConfigError",
+    "UnsupportedMergeEngineError",
+    "InvalidTableError",
+    "InvalidAlterError",
+    "SchemaMismatchError",
+    "NullPrimaryKeyError",
+    "InvalidPartialUpdateError",
+    "DeletionDisabledError",
+    "UnsupportedOperationError",
+    "DatabaseNotExistError",
+    "DatabaseAlreadyExistError",
+    "DatabaseNotEmptyError",
+    "TableNotExistError",
+    "TableAlreadyExistError",
+    "OffsetOutOfRangeError",
+    "CommitConflictError",
+    "StorageError",
+    "StorageUnavailableError",
+    "CorruptDataError",
+]
+
+
+class FlussLakeError(Exception):
+    """Root of every error raised by fluss-lake."""
+
+    retriable: ClassVar[bool] = False
+
+
+class InvalidNameError(FlussLakeError, ValueError):
+    """A database, table or column name is not allowed (empty, ``..``, ``/``, control characters, reserved)."""
+
+
+class InvalidConfigError(FlussLakeError, ValueError):
+    """An option is unknown, has a bad value, or conflicts with another option or the schema."""
+
+
+class UnsupportedMergeEngineError(InvalidConfigError):
+    """``table.merge-engine`` names an engine that does not exist."""
+
+
+class InvalidTableError(FlussLakeError, ValueError):
+    """A table descriptor is inconsistent (primary key, bucket key, schema)."""
+
+
+class InvalidAlterError(FlussLakeError, ValueError):
+    """An ALTER asks for a change Fluss does not allow (non-alterable option, non-nullable new column...)."""
+
+
+class SchemaMismatchError(FlussLakeError, ValueError):
+    """Written data does not fit the table schema (missing or unknown columns, wrong types)."""
+
+
+class NullPrimaryKeyError(SchemaMismatchError):
+    """A primary-key (or bucket-key) column holds a null."""
+
+
+class InvalidPartialUpdateError(FlussLakeError, ValueError):
+    """A partial update (target columns) is not allowed for this table or these columns."""
+
+
+class DeletionDisabledError(FlussLakeError):
+    """A delete was sent to a table whose ``table.delete.behavior`` is ``disable``."""
+
+
+class UnsupportedOperationError(FlussLakeError):
+    """The operation does not apply to this kind of table (e.g. upsert into a log table)."""
+
+
+class DatabaseNotExistError(FlussLakeError, LookupError):
+    """The database does not exist."""
+
+
+class DatabaseAlreadyExistError(FlussLakeError):
+    """The database exists already."""
+
+
+class DatabaseNotEmptyError(FlussLakeError):
+    """The database still has tables."""
+
+
+class TableNotExistError(FlussLakeError, LookupError):
+    """The table does not exist."""
+
+
+class TableAlreadyExistError(FlussLakeError):
+    """The table exists already."""
+
+
+class OffsetOutOfRangeError(FlussLakeError, IndexError):
+    """A read asked for an offset before the earliest retained one or after the log end."""
+
+
+class CommitConflictError(FlussLakeError):
+    """Another writer committed the same offset first; re-read the log end and try again."""
+
+    retriable = True
+
+
+class StorageError(FlussLakeError, OSError):
+    """The storage backend failed in a way that is not simply a timeout."""
+
+
+class StorageUnavailableError(StorageError):
+    """The storage endpoint did not answer; nothing was committed, so the same call can be retried."""
+
+    retriable = True
+
+
+class CorruptDataError(StorageError):
+    """A stored object could not be decoded; the store was changed outside fluss-lake."""

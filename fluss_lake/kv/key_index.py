@@ -1,0 +1,39 @@
+"""The 64-bit index hash of a primary key, persisted in KV segments (so it must never change).
+
+Full-key hash = ``hash64(compacted key bytes)``. When the bucket key is a strict prefix of the primary key,
+the bucket-key hash takes the high 32 bits so all keys of one prefix sort together (prefix lookups).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import polars as pl
+
+from fluss_lake.write.bucket_assigner import encode_primary_key_hash
+
+__all__ = ["index_hashes", "prefix_ranges"]
+
+_HIGH = np.uint64(0xFFFFFFFF00000000)
+_SHIFT = np.uint64(32)
+
+
+def _hash(frame: pl.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    """hash64 of the compacted encoding of `columns`."""
+    return encode_primary_key_hash([frame.get_column(c).to_arrow() for c in columns])
+
+
+def index_hashes(frame: pl.DataFrame, primary_key: Sequence[str], prefix_key: Sequence[str] = ()) -> np.ndarray:
+    """Index hash of every row's primary key."""
+    full = _hash(frame, primary_key)
+    if not prefix_key:
+        return full
+    return (_hash(frame, prefix_key) & _HIGH) | (full >> _SHIFT)
+
+
+def prefix_ranges(frame: pl.DataFrame, prefix_key: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Half-open hash ranges ``[lo, hi)`` holding every key with each row's prefix (hi=0 means 2**64)."""
+    lo = _hash(frame, prefix_key) & _HIGH
+    hi = lo + np.uint64(1 << 32)  # wraps to 0 for the last range
+    return lo, hi

@@ -1,0 +1,269 @@
+"""Primary-key state on disk: a small log-structured merge tree of hash-sorted, memory-mapped Arrow segments.
+
+Each segment is an uncompressed Arrow IPC file holding after-images (and tombstones) sorted by a 64-bit key
+hash. Its hash column *is* the index: a lookup is a vectorized ``searchsorted`` per segment, newest first,
+then a ``take`` of the hits. Nothing per row lives in process memory: the mapped pages are file cache the OS
+can drop, so a table may be larger than RAM. New after-images form a new small segment; runs of four
+segments of similar size are merged (newest wins, tombstones dropped at the bottom), keeping lookups to a
+few probes and write amplification logarithmic.
+
+When the bucket key is a strict prefix of the primary key, the index hash puts the bucket-key hash in the high
+32 bits, so all rows of one prefix are contiguous and a prefix lookup is a range scan.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+__all__ = ["KvStore", "Segment", "HASH_COLUMN", "TOMB_COLUMN"]
+
+HASH_COLUMN = "__hash"
+TOMB_COLUMN = "__tomb"
+_FANOUT = 4
+_MIN_TIER_ROWS = 4096
+_MAX_SEGMENTS = 24
+
+
+@dataclass(slots=True)
+class Segment:
+    """One immutable, memory-mapped, hash-sorted segment."""
+
+    name: str
+    path: str
+    table: pa.Table
+    hashes: np.ndarray
+    tomb: np.ndarray
+    rows: int
+
+    @classmethod
+    def open(cls, path: str) -> "Segment":
+        """Map a segment file (zero-copy)."""
+        table = pa.ipc.open_file(pa.memory_map(path)).read_all()
+        hashes = table.column(HASH_COLUMN).combine_chunks().to_numpy(zero_copy_only=True) if table.num_rows else np.empty(0, np.uint64)
+        tomb = table.column(TOMB_COLUMN).combine_chunks().to_numpy(zero_copy_only=False) if table.num_rows else np.empty(0, bool)
+        return cls(os.path.basename(path), path, table, hashes, tomb, table.num_rows)
+
+    @property
+    def tier(self) -> int:
+        """Size class: segments of one tier are merged together."""
+        return int(math.log(max(self.rows, 1) / _MIN_TIER_ROWS, _FANOUT)) if self.rows > _MIN_TIER_ROWS else 0
+
+
+def write_segment(directory: str, frame: pl.DataFrame) -> Segment:
+    """Write a frame (already holding hash and tombstone columns, sorted by hash) as a new segment."""
+    os.makedirs(directory, exist_ok=True)
+    name = f"seg-{uuid.uuid4().hex}.arrow"
+    path = os.path.join(directory, name)
+    tmp = os.path.join(directory, f".tmp-{name}")
+    table = frame.to_arrow()
+    with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=max(table.num_rows, 1))
+    os.replace(tmp, path)
+    return Segment.open(path)
+
+
+class KvStore:
+    """The current rows of one bucket, keyed by primary key."""
+
+    def __init__(self, directory: str, schema: pl.Schema, primary_key: Sequence[str]) -> None:
+        self.directory = directory
+        self.schema = schema
+        self.primary_key = tuple(primary_key)
+        self.segments: list[Segment] = []  # newest first
+        self.retired: list[Segment] = []  # merged away; files deleted by the owner when no snapshot needs them
+
+    # ---------------------------------------------------------------- reads
+    def _conform(self, table: pa.Table) -> pl.DataFrame:
+        """Segment rows as a frame with the current schema (columns added later are null)."""
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        missing = [pl.lit(None, dtype).alias(name) for name, dtype in self.schema.items() if name not in frame.columns]
+        if missing:
+            frame = frame.with_columns(missing)
+        return frame.select(self.schema.names())
+
+    def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Newest segment and row holding each hash (-1 where none); tombstone hits are reported as found."""
+        n = len(hashes)
+        seg_of = np.full(n, -1, dtype=np.int64)
+        row_of = np.zeros(n, dtype=np.int64)
+        pending = np.argsort(hashes, kind="stable")
+        sorted_hashes = hashes[pending]
+        for index, segment in enumerate(self.segments):
+            if pending.size == 0:
+                break
+            if segment.rows == 0:
+                continue
+            pos = np.searchsorted(segment.hashes, sorted_hashes)
+            np.minimum(pos, segment.rows - 1, out=pos)
+            hit = segment.hashes[pos] == sorted_hashes
+            seg_of[pending[hit]] = index
+            row_of[pending[hit]] = pos[hit]
+            miss = ~hit
+            pending, sorted_hashes = pending[miss], sorted_hashes[miss]
+        return seg_of, row_of
+
+    def gather(self, seg_of: np.ndarray, row_of: np.ndarray) -> tuple[np.ndarray, pl.DataFrame]:
+        """Rows at (segment, row) positions, aligned with the input; (found mask, frame with nulls elsewhere)."""
+        n = len(seg_of)
+        found = seg_of >= 0
+        parts: list[pl.DataFrame] = []
+        target = np.full(n, -1, dtype=np.int64)
+        start = 0
+        for index in np.unique(seg_of[found]):
+            where = np.flatnonzero(seg_of == index)
+            segment = self.segments[int(index)]
+            rows = row_of[where]
+            alive = ~segment.tomb[rows]
+            found[where[~alive]] = False
+            where, rows = where[alive], rows[alive]
+            if where.size == 0:
+                continue
+            parts.append(self._conform(segment.table.take(pa.array(rows))))
+            target[where] = np.arange(start, start + where.size)
+            start += where.size
+        if not parts:
+            return found, pl.DataFrame(schema=self.schema).clear(n)
+        stacked = pl.concat(parts, how="vertical", rechunk=True) if len(parts) > 1 else parts[0]
+        index_array = pa.array(np.where(target >= 0, target, 0), mask=target < 0)
+        return found, pl.from_arrow(stacked.to_arrow().take(index_array))  # type: ignore[return-value]
+
+    def lookup(self, hashes: np.ndarray, keys: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
+        """Current rows for keys (with their index hashes): (found mask, aligned rows, nulls where absent).
+
+        Hash collisions between distinct keys are resolved by comparing the key columns (rare slow path).
+        """
+        seg_of, row_of = self.probe(hashes)
+        found, rows = self.gather(seg_of, row_of)
+        if found.any():
+            mismatch = found & ~_keys_equal(rows, keys, self.primary_key)
+            if mismatch.any():
+                found, rows = self._slow_lookup(hashes, keys, found, rows, np.flatnonzero(mismatch))
+        return found, rows
+
+    def _slow_lookup(self, hashes: np.ndarray, keys: pl.DataFrame, found: np.ndarray, rows: pl.DataFrame,
+                     positions: np.ndarray) -> tuple[np.ndarray, pl.DataFrame]:
+        """Resolve hash collisions: scan the run of equal hashes in every segment, newest first."""
+        found = found.copy()
+        replacement: dict[int, dict | None] = {}
+        for i in positions.tolist():
+            key = keys.row(i, named=True)
+            replacement[i] = None
+            for segment in self.segments:
+                lo = np.searchsorted(segment.hashes, hashes[i], side="left")
+                hi = np.searchsorted(segment.hashes, hashes[i], side="right")
+                hit = None
+                for r in range(int(lo), int(hi)):
+                    candidate = self._conform(segment.table.slice(r, 1)).row(0, named=True)
+                    if all(candidate[k] == key[k] for k in self.primary_key):
+                        hit = (r, candidate)
+                        break
+                if hit is not None:
+                    replacement[i] = None if segment.tomb[hit[0]] else hit[1]
+                    break
+        rows_list = rows.to_dicts()
+        for i, value in replacement.items():
+            found[i] = value is not None
+            rows_list[i] = value if value is not None else {c: None for c in self.schema.names()}
+        return found, pl.DataFrame(rows_list, schema=self.schema)
+
+    def range_rows(self, lo: np.ndarray, hi: np.ndarray) -> pl.DataFrame:
+        """Live rows whose hash lies in any ``[lo[i], hi[i])`` (prefix lookups), newest version of each key."""
+        parts = []
+        for rank, segment in enumerate(self.segments):
+            if segment.rows == 0:
+                continue
+            starts = np.searchsorted(segment.hashes, lo, side="left")
+            stops = np.where(hi == 0, segment.rows, np.searchsorted(segment.hashes, hi, side="left"))
+            lengths = stops - starts
+            if lengths.sum() == 0:
+                continue
+            idx = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+            taken = self._conform(segment.table.take(pa.array(idx)))
+            parts.append(taken.with_columns(pl.Series(TOMB_COLUMN, segment.tomb[idx]), pl.lit(rank).alias("__rank"),
+                                            pl.Series("__probe", np.repeat(np.arange(len(lo)), lengths))))
+        if not parts:
+            return pl.DataFrame(schema=self.schema).with_columns(pl.Series("__probe", [], dtype=pl.Int64))
+        merged = pl.concat(parts).sort("__rank", maintain_order=True).unique(
+            subset=list(self.primary_key), keep="first", maintain_order=True)
+        return merged.filter(~pl.col(TOMB_COLUMN)).sort("__probe", maintain_order=True).drop(TOMB_COLUMN, "__rank")
+
+    def scan(self) -> pl.DataFrame:
+        """All live rows (newest version of each key), in hash order within each segment."""
+        parts = [self._conform(s.table).with_columns(pl.Series(TOMB_COLUMN, s.tomb), pl.lit(rank).alias("__rank"))
+                 for rank, s in enumerate(self.segments) if s.rows]
+        if not parts:
+            return pl.DataFrame(schema=self.schema)
+        if len(parts) == 1:
+            return parts[0].filter(~pl.col(TOMB_COLUMN)).drop(TOMB_COLUMN, "__rank")
+        merged = pl.concat(parts).unique(subset=list(self.primary_key), keep="first", maintain_order=True)
+        return merged.filter(~pl.col(TOMB_COLUMN)).drop(TOMB_COLUMN, "__rank")
+
+    def row_count(self) -> int:
+        """Number of live keys (exact; merges segments logically)."""
+        return self.scan().height if len(self.segments) > 1 else int((~self.segments[0].tomb).sum()) if self.segments else 0
+
+    # ---------------------------------------------------------------- writes
+    def apply(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray) -> None:
+        """Add after-images (one per key, `deleted` marks tombstones) as a new segment, then compact."""
+        if rows.height == 0:
+            return
+        frame = rows.select(self.schema.names()).with_columns(
+            pl.Series(HASH_COLUMN, hashes, dtype=pl.UInt64), pl.Series(TOMB_COLUMN, deleted, dtype=pl.Boolean))
+        frame = frame.sort(HASH_COLUMN, maintain_order=True)
+        self.segments.insert(0, write_segment(self.directory, frame))
+        self._compact()
+
+    def adopt(self, segments: list[Segment]) -> None:
+        """Install segments (newest first) restored from a snapshot."""
+        self.segments = list(segments)
+
+    def _compact(self) -> None:
+        """Merge runs of FANOUT same-tier segments; bound the number of segments."""
+        while True:
+            run = self._find_run()
+            if run is None:
+                return
+            self._merge(*run)
+
+    def _find_run(self) -> tuple[int, int] | None:
+        """A contiguous run [i, j) of segments to merge, or None."""
+        tiers = [s.tier for s in self.segments]
+        for i in range(len(tiers) - _FANOUT + 1):
+            if len(set(tiers[i:i + _FANOUT])) == 1:
+                return i, i + _FANOUT
+        if len(self.segments) > _MAX_SEGMENTS:
+            return 0, len(self.segments) // 2 + 1
+        return None
+
+    def _merge(self, i: int, j: int) -> None:
+        """Merge segments [i, j) (newest first) into one; tombstones dropped when nothing older remains."""
+        chosen = self.segments[i:j]
+        bottom = j == len(self.segments)
+        parts = [self._conform(s.table).with_columns(pl.Series(HASH_COLUMN, s.hashes, dtype=pl.UInt64),
+                                                     pl.Series(TOMB_COLUMN, s.tomb, dtype=pl.Boolean))
+                 for s in chosen if s.rows]
+        merged = pl.concat(parts, rechunk=False).unique(subset=list(self.primary_key), keep="first", maintain_order=True)
+        if bottom:
+            merged = merged.filter(~pl.col(TOMB_COLUMN))
+        merged = merged.sort(HASH_COLUMN, maintain_order=True)
+        segment = write_segment(self.directory, merged)
+        self.retired.extend(chosen)
+        self.segments[i:j] = [segment]
+
+
+def _keys_equal(rows: pl.DataFrame, keys: pl.DataFrame, primary_key: Sequence[str]) -> np.ndarray:
+    """Row-wise equality of the key columns (nulls compare unequal)."""
+    checks = [(rows.get_column(k) == keys.get_column(k)).fill_null(False) for k in primary_key]
+    result = checks[0]
+    for check in checks[1:]:
+        result = result & check
+    return result.to_numpy()

@@ -1,0 +1,282 @@
+"""A primary-key bucket: merge a write batch against current state, commit its changelog, apply it.
+
+The changelog is committed to the bucket log first (atomic create at the log end); the state is derived
+from it. A writer that loses the race for an offset catches up with the winner's changelog and merges again,
+so several processes can write one table. State snapshots (a manifest naming immutable segments plus the next
+offset to replay) let a new process start from the latest snapshot and replay only the tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from fluss_lake.exceptions import CommitConflictError
+from fluss_lake.io.store import ObjectStore
+from fluss_lake.kv.key_index import index_hashes
+from fluss_lake.kv.kv_store import KvStore, Segment
+from fluss_lake.kv.merge.row_merger import (EMIT_DELETE, EMIT_INSERT, EMIT_UPDATE, MergeRound, RowMerger)
+from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, encode_batch
+from fluss_lake.log.log_tablet import LogTablet
+
+__all__ = ["KvTablet", "ChangeImage"]
+
+APPEND_ONLY, INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = 0, 1, 2, 3, 4
+_SNAPSHOT_SUFFIX = ".json"
+_REPLAY_CHUNK_ROWS = 2_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeImage:
+    """How changelog records are written: FULL (-U/+U pairs) or WAL (no -U; maybe inserts as +U)."""
+
+    wal: bool = False
+    inserts_as_updates: bool = False
+
+
+class KvTablet:
+    """State + changelog of one bucket of a primary-key table."""
+
+    def __init__(self, *, store: ObjectStore, table_prefix: str, bucket: int, schema: pl.Schema, schema_id: int,
+                 primary_key: Sequence[str], prefix_key: Sequence[str], local_dir: str, writer_id: str,
+                 clock: Callable[[], int], compression: str | None, compression_level: int | None,
+                 snapshot_every: int = 64, snapshots_retained: int = 2) -> None:
+        self.store = store
+        self.bucket = bucket
+        self.schema = schema
+        self.schema_id = schema_id
+        self.primary_key = tuple(primary_key)
+        self.prefix_key = tuple(prefix_key)
+        self.writer_id = writer_id
+        self.clock = clock
+        self.compression = compression
+        self.compression_level = compression_level
+        self.snapshot_every = snapshot_every
+        self.snapshots_retained = snapshots_retained
+        self.log = LogTablet(store, f"{table_prefix}/log/b{bucket:05d}", bucket)
+        self.kv_prefix = f"{table_prefix}/kv/b{bucket:05d}"
+        shared = store.local_path(f"{self.kv_prefix}/segments")
+        self.local_segments = shared is not None
+        self.kv = KvStore(shared or os.path.join(local_dir, f"b{bucket:05d}"), schema, self.primary_key)
+        self.applied = 0  # next log offset not yet applied to the state
+        self.last_snapshot = -1
+        self._restore()
+
+    # ------------------------------------------------------------ recovery
+    def _restore(self) -> None:
+        """Latest snapshot (if any), then replay of the log tail."""
+        names = sorted(n for n in self.store.list(f"{self.kv_prefix}/snapshots") if n.endswith(_SNAPSHOT_SUFFIX))
+        for name in reversed(names):
+            try:
+                manifest = json.loads(self.store.get(f"{self.kv_prefix}/snapshots/{name}"))
+                segments = [self._open_segment(seg) for seg in manifest["segments"]]
+            except FileNotFoundError:
+                continue  # a segment was collected meanwhile; try the previous snapshot
+            self.kv.adopt(segments)
+            self.applied = self.last_snapshot = int(manifest["offset"])
+            break
+        else:
+            self.applied = self.log.earliest_offset
+        self.catch_up()
+
+    def _open_segment(self, name: str) -> Segment:
+        """Map a snapshot segment (downloading it first from a remote store)."""
+        if self.local_segments:
+            return Segment.open(os.path.join(self.kv.directory, name))
+        path = os.path.join(self.kv.directory, name)
+        if not os.path.exists(path):
+            os.makedirs(self.kv.directory, exist_ok=True)
+            data = self.store.get(f"{self.kv_prefix}/segments/{name}")
+            tmp = f"{path}.part"
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        return Segment.open(path)
+
+    def catch_up(self) -> int:
+        """Apply changelog batches committed by anyone since our last look; returns the log end."""
+        end = self.log.refresh()
+        if end > self.applied:
+            frames, rows = [], 0
+            for batch in self.log.read(self.applied, end):
+                if batch.rows.num_rows:
+                    frames.append(self._conform(pl.from_arrow(batch.rows)))  # type: ignore[arg-type]
+                    rows += batch.rows.num_rows
+                if rows >= _REPLAY_CHUNK_ROWS:
+                    self._apply_changelog(pl.concat(frames, how="vertical_relaxed"))
+                    frames, rows = [], 0
+            if frames:
+                self._apply_changelog(pl.concat(frames, how="vertical_relaxed"))
+            self.applied = end
+        return end
+
+    def _conform(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Changelog rows with the current schema (columns added later are null)."""
+        missing = [pl.lit(None, dtype).alias(name) for name, dtype in self.schema.items() if name not in frame.columns]
+        return frame.with_columns(missing).select(CHANGE_TYPE_COLUMN, *self.schema.names())
+
+    def _apply_changelog(self, changelog: pl.DataFrame) -> None:
+        """Fold changelog rows into the state: last after-image per key wins, -D leaves a tombstone."""
+        images = changelog.filter(pl.col(CHANGE_TYPE_COLUMN) != UPDATE_BEFORE)
+        if images.height == 0:
+            return
+        last = images.unique(subset=list(self.primary_key), keep="last", maintain_order=True)
+        hashes = index_hashes(last, self.primary_key, self.prefix_key)
+        deleted = (last.get_column(CHANGE_TYPE_COLUMN) == DELETE).to_numpy()
+        self.kv.apply(hashes, last.drop(CHANGE_TYPE_COLUMN), deleted)
+
+    # ------------------------------------------------------------ writes
+    def write(self, batch: pl.DataFrame, is_delete: np.ndarray, merger: RowMerger, image: ChangeImage,
+              max_attempts: int = 10_000) -> BatchHeader:
+        """Merge `batch` (rows in write order) and commit its changelog; returns the committed batch header."""
+        hashes = index_hashes(batch, self.primary_key, self.prefix_key)
+        for _ in range(max_attempts):
+            base = self.catch_up()
+            changelog = self._merge(batch, hashes, is_delete, merger, image)
+            commit_ts = self.log.next_commit_ts(self.clock())
+            header = BatchHeader(base, changelog.height, commit_ts, self.schema_id, self.writer_id)
+            data = encode_batch(rows=changelog, base_offset=base, commit_ts=commit_ts, schema_id=self.schema_id,
+                                writer_id=self.writer_id, compression=self.compression,
+                                compression_level=self.compression_level)
+            if self.log.try_append(base, data, header):
+                self._apply_changelog(changelog)
+                self.applied = header.next_offset
+                if self.applied - max(self.last_snapshot, 0) >= self.snapshot_every:
+                    self.snapshot()
+                return header
+        raise CommitConflictError(f"bucket {self.bucket}: lost the race for the log end {max_attempts} times; "
+                                  "retry the write")
+
+    def _merge(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
+               image: ChangeImage) -> pl.DataFrame:
+        """The changelog of a batch: rounds of unique keys merged in write order (see row_merger)."""
+        key_id, first = _key_ids(batch, hashes, self.primary_key)
+        occurrence = _occurrence(key_id)
+        found, current = self.kv.lookup(hashes[first], batch[first].select(self.primary_key))
+        exists = found.copy()
+        store = current
+        position = np.arange(len(first))
+        pieces: list[pl.DataFrame] = []
+        for r in range(int(occurrence.max()) + 1 if len(occurrence) else 0):
+            sel = np.flatnonzero(occurrence == r)
+            keys = key_id[sel]
+            old = store[position[keys]]
+            outcome = merger.merge(MergeRound(old, pl.Series(exists[keys]), batch[sel],
+                                              pl.Series(is_delete[sel])))
+            emit = outcome.emit.to_numpy()
+            seq = pl.Series("__seq", sel)
+            pieces += _records(old, outcome.after, emit, seq, image)
+            position[keys] = store.height + np.arange(len(sel))
+            store = pl.concat([store, outcome.after], how="vertical")
+            exists[keys] = outcome.after_exists.to_numpy()
+        if not pieces:
+            return pl.DataFrame(schema={CHANGE_TYPE_COLUMN: pl.Int8, **dict(self.schema)})
+        return pl.concat(pieces, how="vertical").sort("__seq", "__sub").drop("__seq", "__sub")
+
+    # ------------------------------------------------------------ snapshots
+    def snapshot(self) -> int:
+        """Persist the state as a manifest of immutable segments at the applied offset; returns that offset."""
+        if self.applied == self.last_snapshot:
+            return self.applied
+        names = []
+        for segment in self.kv.segments:
+            if not os.path.exists(segment.path):  # collected by another process: write it again from the mapping
+                from fluss_lake.kv.kv_store import write_segment
+                segment = write_segment(self.kv.directory, pl.from_arrow(segment.table))  # type: ignore[arg-type]
+            if not self.local_segments:
+                key = f"{self.kv_prefix}/segments/{segment.name}"
+                if not self.store.exists(key):
+                    with open(segment.path, "rb") as handle:
+                        self.store.put_if_absent(key, handle.read())
+            names.append(segment.name)
+        manifest = {"offset": self.applied, "segments": names, "schema_id": self.schema_id,
+                    "writer_id": self.writer_id, "created_ms": int(time.time() * 1000)}
+        self.store.put_if_absent(f"{self.kv_prefix}/snapshots/{self.applied:020d}{_SNAPSHOT_SUFFIX}",
+                                 json.dumps(manifest).encode())
+        self.last_snapshot = self.applied
+        self._collect()
+        return self.applied
+
+    def _collect(self) -> None:
+        """Drop old manifests and segments this process retired that no retained manifest names."""
+        prefix = f"{self.kv_prefix}/snapshots"
+        names = sorted(n for n in self.store.list(prefix) if n.endswith(_SNAPSHOT_SUFFIX))
+        for old in names[: -self.snapshots_retained]:
+            self.store.delete(f"{prefix}/{old}")
+        if not self.kv.retired:
+            return
+        referenced: set[str] = {s.name for s in self.kv.segments}
+        for name in names[-self.snapshots_retained:]:
+            try:
+                referenced.update(json.loads(self.store.get(f"{prefix}/{name}"))["segments"])
+            except FileNotFoundError:
+                pass
+        keep = []
+        for segment in self.kv.retired:
+            if segment.name in referenced:
+                keep.append(segment)
+                continue
+            try:
+                os.unlink(segment.path)
+            except FileNotFoundError:
+                pass
+            if not self.local_segments:
+                self.store.delete(f"{self.kv_prefix}/segments/{segment.name}")
+        self.kv.retired = keep
+
+
+def _key_ids(batch: pl.DataFrame, hashes: np.ndarray, primary_key: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Dense id per distinct key (in first-appearance order) and the batch position of each key's first row."""
+    uniq, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    key_id = rank[inverse]
+    first_pos = first[order]
+    if len(uniq) != batch.height:  # some hashes repeat: make sure they are the same keys, not collisions
+        keys = batch.select(primary_key)
+        if not keys.equals(keys[first_pos[key_id]]):
+            ids = keys.select(pl.struct(primary_key).rank("dense").alias("id")).get_column("id").to_numpy() - 1
+            _, first_pos = np.unique(ids, return_index=True)
+            order = np.argsort(first_pos, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(len(order))
+            return rank[ids], first_pos[order]
+    return key_id, first_pos
+
+
+def _occurrence(key_id: np.ndarray) -> np.ndarray:
+    """For each row, how many earlier rows of the batch have the same key (0 for the first)."""
+    order = np.argsort(key_id, kind="stable")
+    sorted_ids = key_id[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_ids)) + 1]
+    run_start = np.repeat(starts, np.diff(np.r_[starts, len(sorted_ids)]))
+    occurrence = np.empty_like(key_id)
+    occurrence[order] = np.arange(len(key_id)) - run_start
+    return occurrence
+
+
+def _records(old: pl.DataFrame, after: pl.DataFrame, emit: np.ndarray, seq: pl.Series,
+             image: ChangeImage) -> list[pl.DataFrame]:
+    """Changelog records of one round, tagged with batch position and order within it."""
+    out = []
+
+    def tag(frame: pl.DataFrame, mask: np.ndarray, change: int, sub: int) -> None:
+        if mask.any():
+            out.append(frame.filter(pl.Series(mask)).with_columns(
+                pl.lit(change, pl.Int8).alias(CHANGE_TYPE_COLUMN), seq.filter(pl.Series(mask)),
+                pl.lit(sub, pl.Int8).alias("__sub")).select(CHANGE_TYPE_COLUMN, *frame.columns, "__seq", "__sub"))
+
+    tag(after, emit == EMIT_INSERT, UPDATE_AFTER if image.inserts_as_updates else INSERT, 1)
+    if not image.wal:
+        tag(old, emit == EMIT_UPDATE, UPDATE_BEFORE, 0)
+    tag(after, emit == EMIT_UPDATE, UPDATE_AFTER, 1)
+    tag(old, emit == EMIT_DELETE, DELETE, 0)
+    return out

@@ -1,0 +1,114 @@
+"""One committed log batch: Arrow IPC bytes with a header (base offset, record count, commit timestamp,
+schema id, writer id, column statistics) kept in the schema metadata.
+
+A batch of ``n`` records occupies offsets ``[base, base + n)``; a batch with no records still takes one
+offset (Fluss's empty batch for a write that changed nothing).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow as pa
+
+from fluss_lake.exceptions import CorruptDataError
+
+__all__ = ["LogBatch", "CHANGE_TYPE_COLUMN", "encode_batch", "decode_batch", "decode_header", "BatchHeader"]
+
+#: Column holding the change type byte (+A 0, +I 1, -U 2, +U 3, -D 4) as Fluss numbers them.
+CHANGE_TYPE_COLUMN = "_change_type"
+_META_KEY = b"fluss.batch"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """What a batch says about itself without its rows."""
+
+    base_offset: int
+    record_count: int
+    commit_ts: int
+    schema_id: int
+    writer_id: str
+    null_counts: dict[str, int] = field(default_factory=dict)
+    stats: pl.DataFrame | None = None  # two rows: min, max of each statistics column
+
+    @property
+    def next_offset(self) -> int:
+        """The offset right after this batch (an empty batch still takes one)."""
+        return self.base_offset + max(self.record_count, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    """A decoded batch: header + rows (change type column first, then the columns of its schema)."""
+
+    header: BatchHeader
+    rows: pa.Table
+
+
+def _stats_frame(data: pl.DataFrame, columns: tuple[str, ...]) -> tuple[pl.DataFrame | None, dict[str, int]]:
+    """Min/max rows and null counts of the statistics columns."""
+    if not columns or data.height == 0:
+        return None, {}
+    selected = data.select(columns)
+    stats = pl.concat([selected.min(), selected.max()])
+    return stats, {c: int(n) for c, n in zip(columns, selected.null_count().row(0))}
+
+
+def encode_batch(*, rows: pl.DataFrame, base_offset: int, commit_ts: int, schema_id: int, writer_id: str,
+                 stats_columns: tuple[str, ...] = (), compression: str | None = "zstd",
+                 compression_level: int | None = None) -> bytes:
+    """Serialize a batch (rows already carry the change type column when the table needs one)."""
+    stats, nulls = _stats_frame(rows, stats_columns)
+    header = {"base_offset": base_offset, "record_count": rows.height, "commit_ts": commit_ts,
+              "schema_id": schema_id, "writer_id": writer_id, "null_counts": nulls}
+    if stats is not None:
+        sink = pa.BufferOutputStream()
+        arrow_stats = stats.to_arrow()
+        with pa.ipc.new_stream(sink, arrow_stats.schema) as writer:
+            writer.write_table(arrow_stats)
+        header["stats"] = base64.b64encode(sink.getvalue().to_pybytes()).decode()
+    table = rows.to_arrow()
+    table = table.replace_schema_metadata({_META_KEY: json.dumps(header, separators=(",", ":")).encode()})
+    sink = pa.BufferOutputStream()
+    codec = None if compression in (None, "none") else ("lz4" if compression == "lz4_frame" else compression)
+    ipc_options = pa.ipc.IpcWriteOptions(compression=pa.Codec(codec, compression_level) if codec else None)
+    with pa.ipc.new_file(sink, table.schema, options=ipc_options) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _header_from_schema(schema: pa.Schema) -> BatchHeader:
+    """Read the header out of an IPC schema."""
+    try:
+        raw = json.loads(schema.metadata[_META_KEY])
+    except (TypeError, KeyError, ValueError) as exc:
+        raise CorruptDataError("a log batch has no fluss header; the store was changed outside fluss-lake") from exc
+    stats = None
+    if "stats" in raw:
+        stats = pl.from_arrow(pa.ipc.open_stream(pa.py_buffer(base64.b64decode(raw["stats"]))).read_all())
+    return BatchHeader(raw["base_offset"], raw["record_count"], raw["commit_ts"], raw["schema_id"],
+                       raw["writer_id"], raw.get("null_counts", {}), stats)  # type: ignore[arg-type]
+
+
+def decode_header(source: pa.NativeFile | bytes) -> BatchHeader:
+    """Only the header (reads the IPC footer/schema, not the rows)."""
+    reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source))
+    return _header_from_schema(reader.schema)
+
+
+def decode_batch(source: pa.NativeFile | bytes, columns: list[str] | None = None) -> LogBatch:
+    """Header and rows; `columns` projects (the change type column is always kept if present)."""
+    try:
+        reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source))
+        header = _header_from_schema(reader.schema)
+        table = reader.read_all()
+    except pa.ArrowInvalid as exc:
+        raise CorruptDataError(f"a log batch could not be decoded ({exc}); the store was changed outside fluss-lake") from exc
+    if columns is not None:
+        keep = [c for c in table.column_names if c == CHANGE_TYPE_COLUMN or c in columns]
+        table = table.select(keep)
+    return LogBatch(header, table.replace_schema_metadata(None))

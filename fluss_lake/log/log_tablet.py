@@ -1,0 +1,141 @@
+"""A bucket's append-only log: dense offsets, one immutable object per committed batch.
+
+Batch objects are named by their base offset (``00000000000000000042.arrow``) and created with an atomic
+create-if-absent, so two writers racing for the same offset cannot both win; the loser catches up and retries.
+Finding the end costs one probe per batch committed since the last look, not a listing of the table.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from fluss_lake.exceptions import OffsetOutOfRangeError
+from fluss_lake.io.store import ObjectStore
+from fluss_lake.log.log_batch import BatchHeader, LogBatch, decode_batch, decode_header
+
+__all__ = ["LogTablet", "batch_key"]
+
+_SUFFIX = ".arrow"
+
+
+def batch_key(prefix: str, base_offset: int) -> str:
+    """Object key of the batch starting at `base_offset`."""
+    return f"{prefix}/{base_offset:020d}{_SUFFIX}"
+
+
+@dataclass(slots=True)
+class _Known:
+    """What this process knows of the log: batch base offsets in order, end offset, last commit time."""
+
+    bases: list[int]
+    end: int
+    last_commit_ts: int
+
+
+class LogTablet:
+    """The log of one table bucket."""
+
+    def __init__(self, store: ObjectStore, prefix: str, bucket: int) -> None:
+        self.store = store
+        self.bucket = bucket
+        self.prefix = prefix
+        self._known: _Known | None = None
+
+    def _open(self, key: str) -> pa.NativeFile | bytes:
+        """A readable handle on a batch object (memory-mapped when local)."""
+        path = self.store.local_path(key)
+        return pa.memory_map(path) if path is not None else self.store.get(key)
+
+    def _load(self) -> _Known:
+        """List the bucket once; afterwards only probe forward."""
+        names = [n for n in self.store.list(self.prefix) if n.endswith(_SUFFIX)]
+        bases = sorted(int(n[: -len(_SUFFIX)]) for n in names)
+        if not bases:
+            return _Known([], 0, 0)
+        last = decode_header(self._open(batch_key(self.prefix, bases[-1])))
+        return _Known(bases, last.next_offset, last.commit_ts)
+
+    def refresh(self) -> int:
+        """Catch up with batches other writers committed; returns the log end offset."""
+        if self._known is None:
+            self._known = self._load()
+        known = self._known
+        while True:
+            try:
+                header = decode_header(self._open(batch_key(self.prefix, known.end)))
+            except FileNotFoundError:
+                return known.end
+            known.bases.append(known.end)
+            known.end = header.next_offset
+            known.last_commit_ts = max(known.last_commit_ts, header.commit_ts)
+
+    @property
+    def end_offset(self) -> int:
+        """Log end offset as last seen (call :meth:`refresh` for a fresh value)."""
+        return self.refresh() if self._known is None else self._known.end
+
+    @property
+    def earliest_offset(self) -> int:
+        """The first retained offset."""
+        self.refresh()
+        assert self._known is not None
+        return self._known.bases[0] if self._known.bases else self._known.end
+
+    def next_commit_ts(self, clock_ms: int) -> int:
+        """A commit timestamp for the next batch: the clock, never earlier than the previous batch's."""
+        assert self._known is not None
+        return max(clock_ms, self._known.last_commit_ts)
+
+    def try_append(self, base_offset: int, data: bytes, header: BatchHeader) -> bool:
+        """Commit `data` at `base_offset` if nobody else did; False means: refresh and recompute."""
+        assert self._known is not None and base_offset == self._known.end
+        if not self.store.put_if_absent(batch_key(self.prefix, base_offset), data):
+            return False
+        self._known.bases.append(base_offset)
+        self._known.end = header.next_offset
+        self._known.last_commit_ts = max(self._known.last_commit_ts, header.commit_ts)
+        return True
+
+    def append(self, build: Callable[[int, int], tuple[bytes, BatchHeader]], clock: Callable[[], int],
+               max_attempts: int = 10_000) -> BatchHeader:
+        """Commit a batch whose bytes depend only on its base offset and commit time (log tables)."""
+        from fluss_lake.exceptions import CommitConflictError
+
+        for _ in range(max_attempts):
+            base = self.refresh()
+            data, header = build(base, self.next_commit_ts(clock()))
+            if self.try_append(base, data, header):
+                return header
+        raise CommitConflictError(f"bucket {self.bucket}: lost the race for the log end {max_attempts} times; retry the write")
+
+    def read(self, start: int, end: int | None = None, *, columns: list[str] | None = None,
+             header_filter: Callable[[BatchHeader], bool] | None = None) -> Iterator[LogBatch]:
+        """Batches overlapping ``[start, end)`` in offset order (rows before `start` cut off).
+
+        `header_filter` may skip whole batches from their header alone (statistics-based skipping).
+        """
+        stop = self.refresh() if end is None else end
+        assert self._known is not None
+        bases = list(self._known.bases)
+        earliest = bases[0] if bases else self._known.end
+        if start < earliest or start > self._known.end:
+            raise OffsetOutOfRangeError(f"bucket {self.bucket}: offset {start} is outside the retained log "
+                                        f"[{earliest}, {self._known.end}]; start from {earliest} (earliest) or "
+                                        f"{self._known.end} (latest)")
+        index = max(bisect.bisect_right(bases, start) - 1, 0)
+        for base in bases[index:]:
+            if base >= stop:
+                break
+            key = batch_key(self.prefix, base)
+            if header_filter is not None and not header_filter(decode_header(self._open(key))):
+                continue
+            batch = decode_batch(self._open(key), columns)
+            if base < start or base + batch.rows.num_rows > stop:
+                lo = max(start - base, 0)
+                hi = min(stop - base, batch.rows.num_rows)
+                batch = LogBatch(batch.header, batch.rows.slice(lo, max(hi - lo, 0)))
+            yield batch

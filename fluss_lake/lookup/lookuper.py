@@ -1,0 +1,132 @@
+"""Batched primary-key lookups and bucket-key prefix lookups against the current state.
+
+A lookup first catches up with the bucket's log (one probe for the next offset), so it sees every write
+committed before it started, from any process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from fluss_lake import options as opt
+from fluss_lake.exceptions import InvalidConfigError, UnsupportedOperationError
+from fluss_lake.kv.key_index import index_hashes, prefix_ranges
+from fluss_lake.write.append_writer import split_by_bucket
+from fluss_lake.write.bucket_assigner import assign_buckets
+from fluss_lake.write.validate import conform, to_frame
+
+if TYPE_CHECKING:
+    from fluss_lake.table import Table
+
+__all__ = ["Lookuper", "PrefixLookuper"]
+
+
+def _key_frame(table: "Table", keys: Any, columns: Sequence[str]) -> pl.DataFrame:
+    """Validated key columns (types cast, no nulls) in the given order."""
+    schema = table.schema
+    frame = to_frame(keys, schema)
+    extra = [c for c in frame.columns if c not in columns]
+    if extra:
+        raise InvalidConfigError(f"lookup keys may only hold {list(columns)}; drop {extra}")
+    return conform(frame, schema, required=columns, key_columns=columns).select(columns)
+
+
+def _buckets(table: "Table", keys: pl.DataFrame) -> np.ndarray:
+    info = table.info
+    return assign_buckets([keys.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
+                          lake_format=info.options.get(opt.DATALAKE_FORMAT))
+
+
+class Lookuper:
+    """Look up current rows by full primary key, many keys per call.
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.users", schema={"id": "INT", "name": "STRING"}, primary_key=["id"], bucket_num=3)
+    >>> users = conn.get_table("d.users")
+    >>> _ = users.upsert([{"id": i, "name": f"u{i}"} for i in range(10)])
+    >>> users.new_lookup().lookup([{"id": 7}, {"id": 42}, {"id": 1}])["name"].to_list()
+    ['u7', None, 'u1']
+    """
+
+    def __init__(self, table: "Table") -> None:
+        if not table.is_primary_key_table:
+            raise UnsupportedOperationError(f"{table.path} is a log table; lookups need a primary key")
+        self.table = table
+
+    def lookup(self, keys: Any, *, with_found: bool = False) -> pl.DataFrame:
+        """Rows for `keys` (aligned with them; value columns null where the key is absent).
+
+        With `with_found`, a Boolean ``_found`` column tells absent keys from rows whose values are null.
+        """
+        table = self.table
+        pk = table.schema.primary_key
+        frame = _key_frame(table, keys, pk)
+        n = frame.height
+        results: list[pl.DataFrame] = []
+        positions: list[np.ndarray] = []
+        buckets = _buckets(table, frame)
+        indexed = frame.with_columns(pl.Series("__pos", np.arange(n)))
+        for bucket, part in split_by_bucket(indexed, buckets).items():
+            tablet = table.kv_tablet(bucket)
+            tablet.catch_up()
+            keys_part = part.drop("__pos")
+            found, rows = tablet.kv.lookup(index_hashes(keys_part, pk, table.prefix_key), keys_part)
+            rows = rows.with_columns([keys_part.get_column(k) for k in pk])
+            results.append(rows.with_columns(pl.Series("_found", found)))
+            positions.append(part.get_column("__pos").to_numpy())
+        if not results:
+            out = pl.DataFrame(schema={**table.schema.polars_schema, "_found": pl.Boolean})
+        else:
+            stacked = pl.concat(results, how="vertical")
+            order = np.argsort(np.concatenate(positions), kind="stable")
+            out = stacked[order]
+        return out if with_found else out.drop("_found")
+
+
+class PrefixLookuper:
+    """Look up every current row sharing a bucket-key prefix of the primary key (Fluss prefix lookup)."""
+
+    def __init__(self, table: "Table", columns: Sequence[str] | None = None) -> None:
+        if not table.is_primary_key_table:
+            raise UnsupportedOperationError(f"{table.path} is a log table; prefix lookups need a primary key")
+        prefix = table.prefix_key
+        if not prefix:
+            raise UnsupportedOperationError(
+                f"{table.path}: prefix lookup needs a bucket key that is a strict leading prefix of the primary key "
+                f"{list(table.schema.primary_key)} (bucket key is {list(table.info.bucket_keys)}); use lookup() "
+                "for full keys")
+        if columns is not None and tuple(columns) != prefix:
+            raise InvalidConfigError(f"prefix lookup columns must equal the bucket key {list(prefix)}, in order")
+        self.table = table
+        self.prefix = prefix
+
+    def lookup(self, keys: Any) -> pl.DataFrame:
+        """All rows whose prefix equals one of `keys`, grouped in key order (a ``_key_index`` column says which)."""
+        table = self.table
+        frame = _key_frame(table, keys, self.prefix)
+        indexed = frame.with_columns(pl.Series("__pos", np.arange(frame.height)))
+        parts = []
+        for bucket, part in split_by_bucket(indexed, _buckets(table, frame)).items():
+            tablet = table.kv_tablet(bucket)
+            tablet.catch_up()
+            probe = part.drop("__pos")
+            lo, hi = prefix_ranges(probe, self.prefix)
+            rows = tablet.kv.range_rows(lo, hi)
+            if rows.height == 0:
+                continue
+            probe_pos = part.get_column("__pos").to_numpy()[rows.get_column("__probe").to_numpy()]
+            expected = probe[rows.get_column("__probe").to_numpy()]
+            same = np.ones(rows.height, dtype=bool)
+            for column in self.prefix:  # 32-bit prefix hashes may collide: compare the real values
+                same &= (rows.get_column(column) == expected.get_column(column)).fill_null(False).to_numpy()
+            parts.append(rows.drop("__probe").with_columns(pl.Series("_key_index", probe_pos)).filter(pl.Series(same)))
+        if not parts:
+            return pl.DataFrame(schema={**table.schema.polars_schema, "_key_index": pl.Int64})
+        return pl.concat(parts, how="vertical").sort("_key_index", maintain_order=True)

@@ -1,0 +1,226 @@
+"""Table descriptors (what a user asks for) and table infos (what the store keeps), validated as Fluss does."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from fluss_lake import options as opt
+from fluss_lake.exceptions import InvalidConfigError, InvalidTableError
+from fluss_lake.metadata.schema import Schema
+from fluss_lake.metadata.table_path import TablePath
+from fluss_lake.metadata.types import KEY_UNSUPPORTED, is_key_supported
+
+__all__ = ["TableDescriptor", "TableInfo"]
+
+_VERSION_TYPES = (pl.Int32, pl.Int64, pl.Datetime)
+_STATS_TYPES = (pl.Boolean, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.Float32, pl.Float64, pl.String,
+                pl.Decimal, pl.Date, pl.Time, pl.Datetime)
+
+
+@dataclass(frozen=True, slots=True)
+class TableDescriptor:
+    """What to create: schema, buckets and Fluss options.
+
+    Examples
+    --------
+    >>> d = TableDescriptor(Schema.of({"id": "INT", "v": "STRING"}, primary_key=["id"]), bucket_num=4)
+    >>> d.is_primary_key_table, d.resolved_bucket_keys()
+    (True, ('id',))
+    """
+
+    schema: Schema
+    bucket_num: int | None = None
+    bucket_keys: tuple[str, ...] | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+    comment: str | None = None
+
+    @property
+    def is_primary_key_table(self) -> bool:
+        """Whether the table has a primary key (upserts, deletes, changelog) rather than append-only rows."""
+        return bool(self.schema.primary_key)
+
+    def resolved_bucket_keys(self) -> tuple[str, ...]:
+        """The bucket key: as given (``bucket.key``), else the primary key, else none."""
+        if self.bucket_keys is not None:
+            return tuple(self.bucket_keys)
+        if opt.BUCKET_KEY in self.options:
+            return tuple(k.strip() for k in self.options[opt.BUCKET_KEY].split(",") if k.strip())
+        return self.schema.primary_key
+
+    def validated(self) -> "TableDescriptor":
+        """Check every Fluss rule and return the descriptor with normalized options and defaults filled in."""
+        options = opt.normalize_options(self.options)
+        schema, pk = self.schema, self.schema.primary_key
+        names = set(schema.names)
+        bucket_num = self.bucket_num if self.bucket_num is not None else int(options.get(opt.BUCKET_NUM, opt.DEFAULT_BUCKET_NUM))
+        if not isinstance(bucket_num, int) or not 1 <= bucket_num <= opt.MAX_BUCKET_NUM:
+            raise InvalidConfigError(f"{opt.BUCKET_NUM}={bucket_num!r} must be an integer from 1 to {opt.MAX_BUCKET_NUM}")
+        bucket_keys = self.resolved_bucket_keys()
+        for key in bucket_keys:
+            if key not in names:
+                raise InvalidTableError(f"bucket key column {key!r} is not in the schema {sorted(names)}")
+        if len(set(bucket_keys)) != len(bucket_keys):
+            raise InvalidTableError(f"bucket key {list(bucket_keys)} names a column twice")
+        for key in (*pk, *bucket_keys):
+            if not is_key_supported(schema.column(key).dtype):
+                raise InvalidTableError(f"column {key!r} of type {schema.column(key).type_name} cannot be a "
+                                        f"primary-key or bucket-key column ({KEY_UNSUPPORTED} are not allowed)")
+        if pk and not set(bucket_keys) <= set(pk):
+            raise InvalidTableError(f"bucket key {list(bucket_keys)} must be a subset of the primary key {list(pk)}")
+        if options.get(opt.LOG_FORMAT, "arrow") != "arrow":
+            raise InvalidConfigError(f"{opt.LOG_FORMAT}={options[opt.LOG_FORMAT]!r}: only 'ARROW' logs are "
+                                     "implemented; drop the option")
+        level = options.get(opt.LOG_ZSTD_LEVEL)
+        if level is not None and not (level.isdigit() and 1 <= int(level) <= 22):
+            raise InvalidConfigError(f"{opt.LOG_ZSTD_LEVEL}={level!r} must be an integer from 1 to 22")
+        lake_format = options.get(opt.DATALAKE_FORMAT)
+        if lake_format not in (None, "iceberg", "lance"):
+            raise InvalidConfigError(f"{opt.DATALAKE_FORMAT}={lake_format!r} is not supported; use 'iceberg' or leave it unset")
+        if lake_format == "iceberg" and len(bucket_keys) > 1:
+            raise InvalidConfigError(f"an Iceberg-format table buckets by exactly one column; set {opt.BUCKET_KEY} "
+                                     f"to one of {list(bucket_keys)}")
+        options = self._validate_pk_options(options) if pk else self._validate_log_options(options)
+        options[opt.BUCKET_NUM] = str(bucket_num)
+        if bucket_keys:
+            options[opt.BUCKET_KEY] = ",".join(bucket_keys)
+        return dataclasses.replace(self, bucket_num=bucket_num, bucket_keys=bucket_keys, options=options)
+
+    def _validate_log_options(self, options: dict[str, str]) -> dict[str, str]:
+        """Rules for log tables: no PK-only options; statistics columns must exist and be supported."""
+        for key in (opt.MERGE_ENGINE, opt.DELETE_BEHAVIOR, opt.CHANGELOG_IMAGE, opt.VERSIONED_VER_COLUMN):
+            if key in options:
+                raise InvalidConfigError(f"{key} is only allowed on primary-key tables; declare a primary key or drop the option")
+        if any(k.startswith("fields.") for k in options):
+            raise InvalidConfigError("'fields.<column>.agg' options need a primary-key table with "
+                                     f"{opt.MERGE_ENGINE}='aggregation'")
+        stats = options.get(opt.STATISTICS_COLUMNS)
+        if stats is not None and stats.strip() != "*":
+            for name in (s.strip() for s in stats.split(",") if s.strip()):
+                if name not in self.schema.names:
+                    raise InvalidConfigError(f"{opt.STATISTICS_COLUMNS} names unknown column {name!r}")
+                if not isinstance(self.schema.column(name).dtype, _STATS_TYPES):
+                    raise InvalidConfigError(f"{opt.STATISTICS_COLUMNS}: column {name!r} of type "
+                                             f"{self.schema.column(name).type_name} has no statistics support")
+        return options
+
+    def _validate_pk_options(self, options: dict[str, str]) -> dict[str, str]:
+        """Rules for primary-key tables: merge engine, delete behavior, changelog image, aggregate functions."""
+        from fluss_lake.kv.merge import AggSpec, check_delete_behavior, default_delete_behavior, validate_aggregation
+
+        if opt.STATISTICS_COLUMNS in options:
+            raise InvalidConfigError(f"{opt.STATISTICS_COLUMNS} is only allowed on log tables")
+        engine = options.get(opt.MERGE_ENGINE)
+        behavior = options.get(opt.DELETE_BEHAVIOR) or default_delete_behavior(engine)
+        check_delete_behavior(engine, behavior)
+        options[opt.DELETE_BEHAVIOR] = behavior
+        if engine == "aggregation" and options.get(opt.CHANGELOG_IMAGE) == "wal":
+            raise InvalidConfigError(f"{opt.CHANGELOG_IMAGE}='WAL' is not allowed with the aggregation merge "
+                                     "engine (its undo recovery needs full images); use 'FULL'")
+        version_column = options.get(opt.VERSIONED_VER_COLUMN)
+        if engine == "versioned":
+            if version_column is None:
+                raise InvalidConfigError(f"the versioned merge engine needs {opt.VERSIONED_VER_COLUMN}")
+            if version_column not in self.schema.names:
+                raise InvalidConfigError(f"{opt.VERSIONED_VER_COLUMN}={version_column!r} is not a column")
+            if not isinstance(self.schema.column(version_column).dtype, _VERSION_TYPES):
+                raise InvalidConfigError(f"version column {version_column!r} must be INT, BIGINT, TIMESTAMP or "
+                                         f"TIMESTAMP_LTZ, not {self.schema.column(version_column).type_name}")
+        elif version_column is not None:
+            raise InvalidConfigError(f"{opt.VERSIONED_VER_COLUMN} needs {opt.MERGE_ENGINE}='versioned'")
+        for column, fopts in opt.field_options(options).items():
+            if engine != "aggregation":
+                raise InvalidConfigError(f"'fields.{column}.*' options need {opt.MERGE_ENGINE}='aggregation'")
+            if column not in self.schema.names:
+                raise InvalidConfigError(f"'fields.{column}.*' names unknown column {column!r}")
+            if column in self.schema.primary_key:
+                raise InvalidConfigError(f"primary-key column {column!r} cannot be aggregated; drop 'fields.{column}.agg'")
+            function = fopts.get("agg", "last_value_ignore_nulls")
+            params = {k.split(".", 1)[1]: v for k, v in fopts.items() if k != "agg"}
+            validate_aggregation(column, self.schema.column(column).dtype, AggSpec(function, params))
+        return options
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """A created table as the store keeps it: id, path, validated descriptor and timestamps."""
+
+    table_id: str
+    path: TablePath
+    descriptor: TableDescriptor
+    created_ms: int
+    modified_ms: int
+
+    @property
+    def schema(self) -> Schema:
+        """The current schema."""
+        return self.descriptor.schema
+
+    @property
+    def options(self) -> Mapping[str, str]:
+        """Normalized options (defaults written in, as Fluss's coordinator does)."""
+        return self.descriptor.options
+
+    @property
+    def bucket_num(self) -> int:
+        """Number of buckets."""
+        return int(self.descriptor.bucket_num or 1)
+
+    @property
+    def bucket_keys(self) -> tuple[str, ...]:
+        """Bucket key columns (empty for a log table without one)."""
+        return tuple(self.descriptor.bucket_keys or ())
+
+    @property
+    def is_primary_key_table(self) -> bool:
+        """Whether the table has a primary key."""
+        return self.descriptor.is_primary_key_table
+
+    @classmethod
+    def new(cls, path: TablePath, descriptor: TableDescriptor) -> "TableInfo":
+        """A fresh table id and timestamps for a validated descriptor."""
+        now = int(time.time() * 1000)
+        return cls(uuid.uuid4().hex, path, descriptor, now, now)
+
+    def to_json(self) -> dict:
+        """Serializable form, stored as one immutable version file per change."""
+        d = self.descriptor
+        return {"table_id": self.table_id, "database": self.path.database, "table": self.path.table,
+                "schema": d.schema.to_json(), "bucket_num": d.bucket_num, "bucket_keys": list(d.bucket_keys or ()),
+                "options": dict(d.options), "comment": d.comment, "created_ms": self.created_ms,
+                "modified_ms": self.modified_ms}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> "TableInfo":
+        """Inverse of :meth:`to_json`."""
+        descriptor = TableDescriptor(Schema.from_json(data["schema"]), data["bucket_num"],
+                                     tuple(data["bucket_keys"]), dict(data["options"]), data.get("comment"))
+        return cls(data["table_id"], TablePath(data["database"], data["table"]), descriptor,
+                   data["created_ms"], data["modified_ms"])
+
+
+def field_aggregations(info_options: Mapping[str, str], schema: Schema, engine: str | None) -> dict:
+    """Per-column AggSpec of an aggregation table (columns without one get the default function)."""
+    from fluss_lake.kv.merge import AggSpec
+
+    if engine != "aggregation":
+        return {}
+    grouped = opt.field_options(info_options)
+    result = {}
+    for column in schema.names:
+        if column in schema.primary_key:
+            continue
+        fopts = grouped.get(column, {})
+        result[column] = AggSpec(fopts.get("agg", "last_value_ignore_nulls"),
+                                 {k.split(".", 1)[1]: v for k, v in fopts.items() if k != "agg"})
+    return result
+
+
+def merge_spec_columns(schema: Schema) -> tuple[Sequence[str], dict, dict]:
+    """Column names, dtypes and nullability maps for a MergeSpec."""
+    return (schema.names, {c.name: c.dtype for c in schema.columns}, {c.name: c.nullable for c in schema.columns})

@@ -1,0 +1,150 @@
+"""Table schemas: ordered, typed, nullable columns with stable column ids; only ADD COLUMN evolves them."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow as pa
+
+from fluss_lake.exceptions import InvalidAlterError, InvalidNameError, InvalidTableError
+from fluss_lake.metadata.types import DataTypeLike, fluss_type_name, to_polars_dtype
+
+__all__ = ["Column", "Schema", "RESERVED_COLUMNS"]
+
+#: Column names Fluss reserves for system columns (``TableDescriptorValidation.checkSystemColumns``).
+RESERVED_COLUMNS = frozenset({"__offset", "__timestamp", "__bucket", "_change_type", "_log_offset",
+                              "_commit_timestamp"})
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column: name, Polars dtype, nullability and a stable id (never reused)."""
+
+    name: str
+    dtype: pl.DataType
+    nullable: bool = True
+    column_id: int = -1
+    comment: str | None = None
+
+    @property
+    def type_name(self) -> str:
+        """The Fluss spelling of the type (``BIGINT``, ``TIMESTAMP_LTZ(3)``)."""
+        return fluss_type_name(self.dtype)
+
+
+def _check_column_name(name: object) -> str:
+    """Column names: non-empty printable strings that are not reserved."""
+    if not isinstance(name, str) or not name or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise InvalidNameError(f"column name {name!r} is not allowed: use a non-empty name without control characters")
+    if name in RESERVED_COLUMNS:
+        raise InvalidNameError(f"column name {name!r} is reserved for a system column "
+                               f"({sorted(RESERVED_COLUMNS)}); rename the column")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """An ordered list of columns and the primary key (empty for log tables).
+
+    Examples
+    --------
+    >>> s = Schema.of({"id": "BIGINT", "name": "STRING"}, primary_key=["id"])
+    >>> s.names, s.primary_key, s.column("id").nullable
+    (('id', 'name'), ('id',), False)
+    """
+
+    columns: tuple[Column, ...]
+    primary_key: tuple[str, ...] = ()
+    schema_id: int = 0
+    highest_column_id: int = field(default=-1, compare=False)
+
+    @classmethod
+    def of(cls, columns: Mapping[str, DataTypeLike] | Iterable[Column | tuple] | pl.Schema | pa.Schema, *,
+           primary_key: Sequence[str] = (), not_null: Sequence[str] = ()) -> "Schema":
+        """Build a schema from a mapping ``name -> type``, a Polars/Arrow schema, or Column objects.
+
+        Primary-key columns become NOT NULL; `not_null` names further NOT NULL columns.
+        """
+        if isinstance(columns, pa.Schema):
+            raw = [(f.name, f.type, f.nullable) for f in columns]
+        elif isinstance(columns, Mapping | pl.Schema):
+            raw = [(name, dtype, True) for name, dtype in columns.items()]
+        else:
+            raw = []
+            for item in columns:
+                if isinstance(item, Column):
+                    raw.append((item.name, item.dtype, item.nullable))
+                else:
+                    raw.append((item[0], item[1], item[2] if len(item) > 2 else True))
+        if not raw:
+            raise InvalidTableError("a table needs at least one column")
+        pk = tuple(primary_key)
+        built: list[Column] = []
+        seen: set[str] = set()
+        for index, (name, dtype, nullable) in enumerate(raw):
+            _check_column_name(name)
+            if name in seen:
+                raise InvalidTableError(f"column {name!r} appears twice; column names must be unique")
+            seen.add(name)
+            built.append(Column(name, to_polars_dtype(dtype), bool(nullable) and name not in pk
+                                and name not in not_null, index))
+        for name in (*pk, *not_null):
+            if name not in seen:
+                raise InvalidTableError(f"key column {name!r} is not in the schema {sorted(seen)}")
+        if len(set(pk)) != len(pk):
+            raise InvalidTableError(f"primary key {list(pk)} names a column twice")
+        return cls(tuple(built), pk, 0, len(built) - 1)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Column names in order."""
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def polars_schema(self) -> pl.Schema:
+        """The Polars schema of the table's rows."""
+        return pl.Schema([(c.name, c.dtype) for c in self.columns])
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the table's rows (nullability included)."""
+        empty = pl.DataFrame(schema=self.polars_schema).to_arrow()
+        return pa.schema([pa.field(c.name, empty.schema.field(c.name).type, c.nullable) for c in self.columns])
+
+    def column(self, name: str) -> Column:
+        """The column called `name`."""
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def add_column(self, name: str, dtype: DataTypeLike, *, comment: str | None = None) -> "Schema":
+        """A new schema with a nullable column appended (the only evolution Fluss allows)."""
+        _check_column_name(name)
+        if name in self.names:
+            raise InvalidAlterError(f"column {name!r} exists already; choose another name")
+        column = Column(name, to_polars_dtype(dtype), True, self.highest_column_id + 1, comment)
+        return Schema((*self.columns, column), self.primary_key, self.schema_id + 1, column.column_id)
+
+    def to_json(self) -> dict:
+        """Serializable form; types travel as Arrow IPC schema bytes (a stable format) plus readable names."""
+        return {
+            "schema_id": self.schema_id,
+            "primary_key": list(self.primary_key),
+            "highest_column_id": self.highest_column_id,
+            "columns": [{"name": c.name, "type": c.type_name, "nullable": c.nullable, "id": c.column_id,
+                         "comment": c.comment} for c in self.columns],
+            "arrow": base64.b64encode(self.arrow_schema.serialize().to_pybytes()).decode(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> "Schema":
+        """Inverse of :meth:`to_json`."""
+        arrow = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(data["arrow"])))
+        dtypes = pl.from_arrow(arrow.empty_table()).schema  # type: ignore[union-attr]
+        cols = tuple(Column(c["name"], dtypes[c["name"]], c["nullable"], c["id"], c.get("comment"))
+                     for c in data["columns"])
+        return cls(cols, tuple(data["primary_key"]), data["schema_id"], data["highest_column_id"])

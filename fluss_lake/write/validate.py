@@ -1,0 +1,124 @@
+"""Turn user data into a frame that fits the table exactly, or raise before anything is written."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from fluss_lake.exceptions import NullPrimaryKeyError, SchemaMismatchError
+from fluss_lake.metadata.schema import Schema
+from fluss_lake.metadata.types import fluss_type_name
+
+__all__ = ["WriteData", "to_frame", "conform"]
+
+WriteData = pl.DataFrame | pa.Table | pa.RecordBatch | Sequence[pa.RecordBatch] | Sequence[Mapping[str, Any]]
+
+
+def to_frame(data: Any, schema: Schema) -> pl.DataFrame:
+    """A Polars frame from a DataFrame, Arrow table/batch(es) or a list of dicts."""
+    if isinstance(data, pl.DataFrame):
+        return data
+    if isinstance(data, pl.LazyFrame):
+        return data.collect()
+    if isinstance(data, pa.Table | pa.RecordBatch):
+        return pl.from_arrow(data)  # type: ignore[return-value]
+    if isinstance(data, Mapping):
+        raise SchemaMismatchError("pass rows as a list of dicts, a Polars DataFrame or Arrow data, not a single dict")
+    if isinstance(data, Iterable):
+        items = list(data)
+        if not items:
+            return pl.DataFrame(schema=schema.polars_schema)
+        if all(isinstance(i, pa.RecordBatch) for i in items):
+            return pl.from_arrow(pa.Table.from_batches(items))  # type: ignore[return-value]
+        if all(isinstance(i, Mapping) for i in items):
+            names = list(dict.fromkeys(k for row in items for k in row))
+            unknown = [n for n in names if n not in schema.names]
+            if unknown:
+                raise SchemaMismatchError(f"unknown column(s) {unknown}; the table has {list(schema.names)}")
+            try:
+                return pl.DataFrame(items, schema={n: schema.column(n).dtype for n in names}, strict=False)
+            except Exception as exc:  # noqa: BLE001 - polars raises several types here
+                raise SchemaMismatchError(f"rows do not fit the table schema: {exc}") from exc
+    raise SchemaMismatchError(f"cannot write {type(data).__name__}; pass a Polars DataFrame, Arrow data or a list of dicts")
+
+
+_KINDS = (
+    ("int", (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64)),
+    ("float", (pl.Float32, pl.Float64)),
+    ("decimal", (pl.Decimal,)),
+    ("string", (pl.String, pl.Categorical, pl.Enum)),
+    ("binary", (pl.Binary,)),
+    ("bool", (pl.Boolean,)),
+    ("date", (pl.Date,)),
+    ("time", (pl.Time,)),
+    ("datetime", (pl.Datetime,)),
+)
+_ALLOWED = {("int", "float"), ("int", "decimal"), ("float", "decimal"), ("date", "datetime"), ("null", "*")}
+
+
+def _kind(dtype: pl.DataType) -> str:
+    """Coarse kind of a dtype for deciding which casts are safe."""
+    if dtype == pl.Null:
+        return "null"
+    for name, classes in _KINDS:
+        if isinstance(dtype, classes):
+            return name
+    return str(dtype)
+
+
+def _cast(series: pl.Series, target: pl.DataType) -> pl.Series:
+    """Cast without losing information, or raise SchemaMismatchError naming the column."""
+    if series.dtype == target:
+        return series
+    src, dst = _kind(series.dtype), _kind(target)
+    if src == dst and isinstance(target, pl.Datetime) and isinstance(series.dtype, pl.Datetime) \
+            and bool(target.time_zone) != bool(series.dtype.time_zone):
+        raise SchemaMismatchError(f"column {series.name!r} is {fluss_type_name(target)} but the data is "
+                                  f"{series.dtype}; convert time zones explicitly (TIMESTAMP_LTZ takes UTC instants)")
+    if src == dst or (src, dst) in _ALLOWED or src == "null" or (src == dst == str(target)):
+        try:
+            return series.cast(target, strict=True)
+        except Exception as exc:  # noqa: BLE001
+            raise SchemaMismatchError(f"column {series.name!r}: values do not fit {fluss_type_name(target)} "
+                                      f"({exc.__class__.__name__}); fix the values or the column type") from exc
+    raise SchemaMismatchError(f"column {series.name!r} is {fluss_type_name(target)} but the data is {series.dtype}; "
+                              "cast the data first")
+
+
+def conform(frame: pl.DataFrame, schema: Schema, *, required: Sequence[str], not_null_checked: Sequence[str] = (),
+            key_columns: Sequence[str] = ()) -> pl.DataFrame:
+    """Every table column in order with the table's dtypes; `required` columns must be present.
+
+    Missing non-required columns are filled with nulls (partial updates, deletes). Nulls in `key_columns`
+    raise NullPrimaryKeyError; nulls in `not_null_checked` columns raise SchemaMismatchError.
+    """
+    unknown = [c for c in frame.columns if c not in schema.names]
+    if unknown:
+        raise SchemaMismatchError(f"unknown column(s) {unknown}; the table has {list(schema.names)} "
+                                  "(add a column with alter_table first)")
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise SchemaMismatchError(f"missing column(s) {missing}; write every column, or pass target_columns "
+                                  "for a partial update")
+    columns = []
+    for column in schema.columns:
+        if column.name in frame.columns:
+            columns.append(_cast(frame.get_column(column.name), column.dtype))
+        else:
+            columns.append(pl.Series(column.name, [None] * frame.height, dtype=column.dtype))
+    result = pl.DataFrame(columns)
+    for name in key_columns:
+        nulls = result.get_column(name).null_count()
+        if nulls:
+            raise NullPrimaryKeyError(f"key column {name!r} has {nulls} null value(s); keys must be set, "
+                                      "fill or drop those rows")
+    for name in not_null_checked:
+        if name in key_columns:
+            continue
+        nulls = result.get_column(name).null_count()
+        if nulls:
+            raise SchemaMismatchError(f"column {name!r} is NOT NULL but has {nulls} null value(s); fill them")
+    return result
