@@ -111,30 +111,30 @@ class KvStore:
             pending, sorted_hashes = pending[miss], sorted_hashes[miss]
         return seg_of, row_of
 
-    def gather(self, seg_of: np.ndarray, row_of: np.ndarray) -> tuple[np.ndarray, pl.DataFrame]:
-        """Rows at (segment, row) positions, aligned with the input; (found mask, frame with nulls elsewhere)."""
+    def gather(self, seg_of: np.ndarray, row_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, pl.DataFrame]:
+        """Rows at (segment, row) positions, aligned with the input: (hit mask, tombstone mask, frame).
+
+        Tombstone rows are returned too (their key columns are set), so callers can check keys.
+        """
         n = len(seg_of)
-        found = seg_of >= 0
+        hit = seg_of >= 0
+        tomb = np.zeros(n, dtype=bool)
         parts: list[pl.DataFrame] = []
         target = np.full(n, -1, dtype=np.int64)
         start = 0
-        for index in np.unique(seg_of[found]):
+        for index in np.unique(seg_of[hit]):
             where = np.flatnonzero(seg_of == index)
             segment = self.segments[int(index)]
             rows = row_of[where]
-            alive = ~segment.tomb[rows]
-            found[where[~alive]] = False
-            where, rows = where[alive], rows[alive]
-            if where.size == 0:
-                continue
+            tomb[where] = segment.tomb[rows]
             parts.append(self._conform(segment.table.take(pa.array(rows))))
             target[where] = np.arange(start, start + where.size)
             start += where.size
         if not parts:
-            return found, pl.DataFrame(schema=self.schema).clear(n)
+            return hit, tomb, pl.DataFrame(schema=self.schema).clear(n)
         stacked = pl.concat(parts, how="vertical", rechunk=True) if len(parts) > 1 else parts[0]
         index_array = pa.array(np.where(target >= 0, target, 0), mask=target < 0)
-        return found, pl.from_arrow(stacked.to_arrow().take(index_array))  # type: ignore[return-value]
+        return hit, tomb, pl.from_arrow(stacked.to_arrow().take(index_array))  # type: ignore[return-value]
 
     def lookup(self, hashes: np.ndarray, keys: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
         """Current rows for keys (with their index hashes): (found mask, aligned rows, nulls where absent).
@@ -142,11 +142,15 @@ class KvStore:
         Hash collisions between distinct keys are resolved by comparing the key columns (rare slow path).
         """
         seg_of, row_of = self.probe(hashes)
-        found, rows = self.gather(seg_of, row_of)
-        if found.any():
-            mismatch = found & ~_keys_equal(rows, keys, self.primary_key)
+        hit, tomb, rows = self.gather(seg_of, row_of)
+        found = hit & ~tomb
+        if hit.any():
+            mismatch = hit & ~_keys_equal(rows, keys, self.primary_key)
             if mismatch.any():
                 found, rows = self._slow_lookup(hashes, keys, found, rows, np.flatnonzero(mismatch))
+        if (hit & ~found).any():  # tombstones and collisions: values must read as absent
+            rows = rows.with_columns(pl.when(pl.Series(found)).then(pl.col(c)).otherwise(None).alias(c)
+                                     for c in self.schema.names())
         return found, rows
 
     def _slow_lookup(self, hashes: np.ndarray, keys: pl.DataFrame, found: np.ndarray, rows: pl.DataFrame,

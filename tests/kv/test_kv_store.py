@@ -1,0 +1,110 @@
+"""The on-disk primary-key state: compaction keeps the newest version of every key, tombstones hide keys,
+state survives reopening, schema evolution pads old segments, and hash collisions between distinct keys are
+resolved by comparing the keys (forced here with a deliberately weak hash)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fluss_lake as fl
+from fluss_lake.kv import key_index, kv_tablet
+
+
+def _table(tmp_path, name="t", **kwargs) -> fl.Table:
+    conn = fl.connect(tmp_path, **kwargs)
+    conn.create_database("d", ignore_if_exists=True)
+    conn.create_table(f"d.{name}", schema={"id": "BIGINT", "v": "STRING", "n": "INT"}, primary_key=["id"])
+    return conn.get_table(f"d.{name}")
+
+
+def test_many_small_writes_compact_and_keep_newest(tmp_path) -> None:
+    table = _table(tmp_path)
+    rng = np.random.default_rng(1)
+    expected: dict[int, tuple[str, int]] = {}
+    for step in range(120):
+        keys = rng.integers(0, 3000, 200)
+        frame = pl.DataFrame({"id": keys, "v": [f"s{step}"] * len(keys), "n": np.arange(len(keys), dtype=np.int32)})
+        table.upsert(frame)
+        for i, k in enumerate(keys.tolist()):
+            expected[k] = (f"s{step}", i)
+        if step % 10 == 9:
+            dead = rng.integers(0, 3000, 50)
+            table.delete(pl.DataFrame({"id": dead}))
+            for k in dead.tolist():
+                expected.pop(k, None)
+    segments = table.kv_tablet(0).kv.segments
+    assert len(segments) < 20, "runs of same-size segments must have been merged"
+    state = table.to_polars().sort("id")
+    want = pl.DataFrame({"id": list(expected), "v": [v for v, _ in expected.values()],
+                         "n": [n for _, n in expected.values()]}, schema=table.schema.polars_schema).sort("id")
+    assert state.equals(want)
+    probe = pl.DataFrame({"id": np.arange(0, 3000, 7)})
+    looked = table.new_lookup().lookup(probe, with_found=True)
+    assert looked.get_column("_found").to_list() == [k in expected for k in range(0, 3000, 7)]
+    reopened = fl.connect(tmp_path).get_table("d.t")
+    assert reopened.to_polars().sort("id").equals(want)
+
+
+def test_state_survives_without_any_snapshot(tmp_path) -> None:
+    table = _table(tmp_path, snapshot_every=10**9)
+    table.upsert([{"id": 1, "v": "a", "n": 1}, {"id": 2, "v": "b", "n": 2}])
+    table.delete([{"id": 1}])
+    assert not list(tmp_path.glob("**/snapshots/*.json"))
+    reopened = fl.connect(tmp_path).get_table("d.t")
+    assert reopened.to_polars().to_dicts() == [{"id": 2, "v": "b", "n": 2}]
+
+
+def test_schema_evolution_pads_old_segments(tmp_path) -> None:
+    table = _table(tmp_path)
+    table.upsert([{"id": 1, "v": "a", "n": 1}])
+    conn = table.connection
+    conn.alter_table("d.t", add_columns={"extra": "DOUBLE"})
+    table = conn.get_table("d.t")
+    table.upsert([{"id": 2, "v": "b", "n": 2, "extra": 0.5}])
+    table.upsert([{"id": 1, "extra": 1.5}], target_columns=["id", "extra"])
+    assert table.to_polars().sort("id").to_dicts() == [{"id": 1, "v": "a", "n": 1, "extra": 1.5},
+                                                      {"id": 2, "v": "b", "n": 2, "extra": 0.5}]
+    fresh = fl.connect(tmp_path).get_table("d.t")
+    assert fresh.lookup([{"id": 1}]).to_dicts() == [{"id": 1, "v": "a", "n": 1, "extra": 1.5}]
+
+
+@pytest.fixture
+def weak_hash(monkeypatch):
+    """Every key hashes to one of 4 values: collisions everywhere (test instrumentation, not a mock of storage)."""
+    real = key_index.index_hashes
+
+    def weak(frame, primary_key, prefix_key=()):
+        return real(frame, primary_key, prefix_key) % np.uint64(4)
+
+    monkeypatch.setattr(key_index, "index_hashes", weak)
+    monkeypatch.setattr(kv_tablet, "index_hashes", weak)
+    import fluss_lake.lookup.lookuper as lookuper
+    monkeypatch.setattr(lookuper, "index_hashes", weak)
+    return weak
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 30), st.integers(0, 9)), min_size=1, max_size=60),
+       st.integers(1, 6))
+def test_hash_collisions_are_resolved_by_key(weak_hash, tmp_path_factory, ops, per_batch) -> None:
+    table = _table(tmp_path_factory.mktemp("c"))
+    expected: dict[int, int] = {}
+    for start in range(0, len(ops), per_batch):
+        writer = table.new_upsert()
+        for is_delete, key, value in ops[start:start + per_batch]:
+            if is_delete:
+                writer.delete([{"id": key}])
+                expected.pop(key, None)
+            else:
+                writer.upsert([{"id": key, "v": str(value), "n": value}])
+                expected[key] = value
+        writer.flush()
+    state = table.to_polars().sort("id")
+    assert state.select("id", "n").to_dicts() == [{"id": k, "n": expected[k]} for k in sorted(expected)]
+    looked = table.new_lookup().lookup(pl.DataFrame({"id": list(range(31))}), with_found=True)
+    assert looked.get_column("_found").to_list() == [k in expected for k in range(31)]
+    assert looked.get_column("n").to_list() == [expected.get(k) for k in range(31)]
