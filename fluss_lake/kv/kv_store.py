@@ -119,7 +119,8 @@ class KvStore:
         n = len(seg_of)
         hit = seg_of >= 0
         tomb = np.zeros(n, dtype=bool)
-        parts: list[pl.DataFrame] = []
+        names = self.schema.names()
+        parts: list[pa.Table] = []
         target = np.full(n, -1, dtype=np.int64)
         start = 0
         for index in np.unique(seg_of[hit]):
@@ -127,14 +128,18 @@ class KvStore:
             segment = self.segments[int(index)]
             rows = row_of[where]
             tomb[where] = segment.tomb[rows]
-            parts.append(self._conform(segment.table.take(pa.array(rows))))
+            present = [c for c in names if c in segment.table.column_names]
+            parts.append(segment.table.select(present).take(pa.array(rows)))
             target[where] = np.arange(start, start + where.size)
             start += where.size
         if not parts:
             return hit, tomb, pl.DataFrame(schema=self.schema).clear(n)
-        stacked = pl.concat(parts, how="vertical", rechunk=True) if len(parts) > 1 else parts[0]
-        index_array = pa.array(np.where(target >= 0, target, 0), mask=target < 0)
-        return hit, tomb, pl.from_arrow(stacked.to_arrow().take(index_array))  # type: ignore[return-value]
+        stacked = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
+        if start == n and np.array_equal(target, np.arange(n)):
+            aligned = stacked
+        else:
+            aligned = stacked.take(pa.array(np.where(target >= 0, target, 0), mask=target < 0))
+        return hit, tomb, self._conform(aligned)
 
     def lookup(self, hashes: np.ndarray, keys: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
         """Current rows for keys (with their index hashes): (found mask, aligned rows, nulls where absent).
@@ -250,18 +255,45 @@ class KvStore:
 
     def _merge(self, i: int, j: int) -> None:
         """Merge segments [i, j) (newest first) into one; tombstones dropped when nothing older remains."""
-        chosen = self.segments[i:j]
+        chosen = [s for s in self.segments[i:j] if s.rows]
         bottom = j == len(self.segments)
-        parts = [self._conform(s.table).with_columns(pl.Series(HASH_COLUMN, s.hashes, dtype=pl.UInt64),
-                                                     pl.Series(TOMB_COLUMN, s.tomb, dtype=pl.Boolean))
-                 for s in chosen if s.rows]
-        merged = pl.concat(parts, rechunk=False).unique(subset=list(self.primary_key), keep="first", maintain_order=True)
-        if bottom:
-            merged = merged.filter(~pl.col(TOMB_COLUMN))
-        merged = merged.sort(HASH_COLUMN, maintain_order=True)
-        segment = write_segment(self.directory, merged)
-        self.retired.extend(chosen)
-        self.segments[i:j] = [segment]
+        if chosen:
+            names = [c for c in self.schema.names()]
+            tables = [s.table.select([c for c in (*names, TOMB_COLUMN) if c in s.table.column_names]) for s in chosen]
+            combined = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+            hashes = np.concatenate([s.hashes for s in chosen])
+            order = np.argsort(hashes, kind="stable")  # stable: the newest version of a key comes first
+            sorted_hashes = hashes[order]
+            repeat = np.r_[False, sorted_hashes[1:] == sorted_hashes[:-1]]
+            keep = ~repeat
+            if repeat.any():
+                frame = self._conform(combined.select(list(self.primary_key)))
+                later = frame[order[repeat]]
+                earlier = frame[order[np.flatnonzero(repeat) - 1]]
+                if not _keys_equal(later, earlier, self.primary_key).all():  # a hash collision: compare keys
+                    keep = self._first_of_each_key(frame, order)
+            selected = order[keep]
+            if bottom:
+                tomb_all = np.concatenate([s.tomb for s in chosen])
+                selected = selected[~tomb_all[selected]]
+            merged_table = combined.take(pa.array(selected))
+            frame = self._conform(merged_table).with_columns(
+                pl.Series(HASH_COLUMN, hashes[selected], dtype=pl.UInt64),
+                pl.Series(TOMB_COLUMN, merged_table.column(TOMB_COLUMN).to_numpy(zero_copy_only=False), dtype=pl.Boolean))
+            segment = write_segment(self.directory, frame)
+            replacement = [segment]
+        else:
+            replacement = []
+        self.retired.extend(self.segments[i:j])
+        self.segments[i:j] = replacement
+
+    def _first_of_each_key(self, frame: pl.DataFrame, order: np.ndarray) -> np.ndarray:
+        """Slow path for colliding hashes: keep the first (newest) row of each key in `order`."""
+        ordered = frame[order].with_row_index("__pos")
+        first = ordered.unique(subset=list(self.primary_key), keep="first", maintain_order=True).get_column("__pos")
+        keep = np.zeros(len(order), dtype=bool)
+        keep[first.to_numpy()] = True
+        return keep
 
 
 def _keys_equal(rows: pl.DataFrame, keys: pl.DataFrame, primary_key: Sequence[str]) -> np.ndarray:

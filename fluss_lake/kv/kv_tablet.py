@@ -139,14 +139,14 @@ class KvTablet:
         hashes = index_hashes(batch, self.primary_key, self.prefix_key)
         for _ in range(max_attempts):
             base = self.catch_up()
-            changelog = self._merge(batch, hashes, is_delete, merger, image)
+            changelog, final = self._merge(batch, hashes, is_delete, merger, image)
             commit_ts = self.log.next_commit_ts(self.clock())
             header = BatchHeader(base, changelog.height, commit_ts, self.schema_id, self.writer_id)
             data = encode_batch(rows=changelog, base_offset=base, commit_ts=commit_ts, schema_id=self.schema_id,
                                 writer_id=self.writer_id, compression=self.compression,
                                 compression_level=self.compression_level)
             if self.log.try_append(base, data, header):
-                self._apply_changelog(changelog)
+                self.kv.apply(*final)
                 self.applied = header.next_offset
                 if self.applied - max(self.last_snapshot, 0) >= self.snapshot_every:
                     self.snapshot()
@@ -155,8 +155,9 @@ class KvTablet:
                                   "retry the write")
 
     def _merge(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
-               image: ChangeImage) -> pl.DataFrame:
-        """The changelog of a batch: rounds of unique keys merged in write order (see row_merger)."""
+               image: ChangeImage) -> tuple[pl.DataFrame, tuple[np.ndarray, pl.DataFrame, np.ndarray]]:
+        """The changelog of a batch (rounds of unique keys merged in write order, see row_merger) and the
+        final image of every key it changed: (index hashes, rows, deleted mask)."""
         key_id, first = _key_ids(batch, hashes, self.primary_key)
         occurrence = _occurrence(key_id)
         found, current = self.kv.lookup(hashes[first], batch[first].select(self.primary_key))
@@ -164,6 +165,7 @@ class KvTablet:
         store = current
         position = np.arange(len(first))
         pieces: list[pl.DataFrame] = []
+        touched = np.zeros(len(first), dtype=bool)
         for r in range(int(occurrence.max()) + 1 if len(occurrence) else 0):
             sel = np.flatnonzero(occurrence == r)
             keys = key_id[sel]
@@ -171,14 +173,19 @@ class KvTablet:
             outcome = merger.merge(MergeRound(old, pl.Series(exists[keys]), batch[sel],
                                               pl.Series(is_delete[sel])))
             emit = outcome.emit.to_numpy()
+            touched[keys] |= emit != 0
             seq = pl.Series("__seq", sel)
             pieces += _records(old, outcome.after, emit, seq, image)
             position[keys] = store.height + np.arange(len(sel))
             store = pl.concat([store, outcome.after], how="vertical")
             exists[keys] = outcome.after_exists.to_numpy()
+        changed = np.flatnonzero(touched)
+        keys_of_changed = batch[first[changed]].select(self.primary_key)
+        final = (hashes[first][changed], store[position[changed]].with_columns(keys_of_changed), ~exists[changed])
         if not pieces:
-            return pl.DataFrame(schema={CHANGE_TYPE_COLUMN: pl.Int8, **dict(self.schema)})
-        return pl.concat(pieces, how="vertical").sort("__seq", "__sub").drop("__seq", "__sub")
+            return pl.DataFrame(schema={CHANGE_TYPE_COLUMN: pl.Int8, **dict(self.schema)}), final
+        changelog = pl.concat(pieces, how="vertical").sort("__seq", "__sub").drop("__seq", "__sub")
+        return changelog, final
 
     # ------------------------------------------------------------ snapshots
     def snapshot(self) -> int:
