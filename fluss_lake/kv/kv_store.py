@@ -202,7 +202,7 @@ class KvStore:
         if not parts:
             return pl.DataFrame(schema=self.schema).with_columns(pl.Series("__probe", [], dtype=pl.Int64))
         merged = pl.concat(parts).sort("__rank", maintain_order=True).unique(
-            subset=list(self.primary_key), keep="first", maintain_order=True)
+            subset=[*self.primary_key, "__probe"], keep="first", maintain_order=True)
         return merged.filter(~pl.col(TOMB_COLUMN)).sort("__probe", maintain_order=True).drop(TOMB_COLUMN, "__rank")
 
     def scan(self) -> pl.DataFrame:
