@@ -197,11 +197,13 @@ class Table:
         return LogScanner(self, columns=columns, filters=filters)
 
     def scan_log(self, *, start_offsets: Mapping[int, int] | None = None, end_offsets: Mapping[int, int] | None = None,
-                 columns: Sequence[str] | None = None, filters: "Filters | None" = None) -> pl.DataFrame:
+                 columns: Sequence[str] | None = None, filters: "Filters | None" = None,
+                 start_timestamp: int | None = None) -> pl.DataFrame:
         """A bounded read of the log (all buckets by default), with system columns first."""
         from fluss_lake.log.log_scanner import scan_log
 
-        return scan_log(self, start_offsets=start_offsets, end_offsets=end_offsets, columns=columns, filters=filters)
+        return scan_log(self, start_offsets=start_offsets, end_offsets=end_offsets, columns=columns, filters=filters,
+                        start_timestamp=start_timestamp)
 
     def to_polars(self, *, columns: Sequence[str] | None = None) -> pl.DataFrame:
         """Current rows: a primary-key table's state, or every row of a log table."""

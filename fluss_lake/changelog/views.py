@@ -18,7 +18,8 @@ _CHANGELOG_NAMES = {"+A": "insert", "+I": "insert", "-U": "update_before", "+U":
 
 
 def changelog_view(table: "Table", *, start_offsets: Mapping[int, int] | None = None,
-                   end_offsets: Mapping[int, int] | None = None, with_bucket: bool = False) -> pl.DataFrame:
+                   end_offsets: Mapping[int, int] | None = None, start_timestamp: int | None = None,
+                   with_bucket: bool = False) -> pl.DataFrame:
     """``_change_type`` (insert/update_before/update_after/delete), ``_log_offset``, ``_commit_timestamp``, columns.
 
     Examples
@@ -31,7 +32,7 @@ def changelog_view(table: "Table", *, start_offsets: Mapping[int, int] | None = 
     >>> t.changelog()["_change_type"].to_list()
     ['insert', 'update_before', 'update_after']
     """
-    raw = table.scan_log(start_offsets=start_offsets, end_offsets=end_offsets)
+    raw = table.scan_log(start_offsets=start_offsets, end_offsets=end_offsets, start_timestamp=start_timestamp)
     view = raw.select(
         pl.col("_change_type").cast(pl.String).replace_strict(_CHANGELOG_NAMES).alias("_change_type"),
         pl.col("_offset").alias("_log_offset"),
@@ -43,7 +44,8 @@ def changelog_view(table: "Table", *, start_offsets: Mapping[int, int] | None = 
 
 
 def binlog_view(table: "Table", *, start_offsets: Mapping[int, int] | None = None,
-                end_offsets: Mapping[int, int] | None = None, with_bucket: bool = False) -> pl.DataFrame:
+                end_offsets: Mapping[int, int] | None = None, start_timestamp: int | None = None,
+                with_bucket: bool = False) -> pl.DataFrame:
     """``_change_type`` (insert/update/delete), ``_log_offset``, ``_commit_timestamp``, ``before``, ``after``.
 
     A ``-U`` and the ``+U`` after it become one ``update`` row carrying the ``-U``'s offset and timestamp
@@ -52,7 +54,7 @@ def binlog_view(table: "Table", *, start_offsets: Mapping[int, int] | None = Non
     if not table.is_primary_key_table:
         raise UnsupportedOperationError(f"$binlog needs a primary-key table; {table.path} is a log table "
                                         "(use changelog())")
-    raw = table.scan_log(start_offsets=start_offsets, end_offsets=end_offsets)
+    raw = table.scan_log(start_offsets=start_offsets, end_offsets=end_offsets, start_timestamp=start_timestamp)
     names = list(table.schema.names)
     row = pl.struct(names)
     frame = raw.with_columns(pl.col("_change_type").cast(pl.String).alias("ct"), row.alias("__row"))

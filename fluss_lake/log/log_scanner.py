@@ -82,8 +82,16 @@ def _read_range(table: "Table", bucket: int, start: int, end: int, columns: Sequ
 
 def scan_log(table: "Table", *, start_offsets: Mapping[int, int] | None = None,
              end_offsets: Mapping[int, int] | None = None, columns: Sequence[str] | None = None,
-             filters: Filters | None = None) -> pl.DataFrame:
-    """Bounded read of every bucket from `start_offsets` (default: earliest) to `end_offsets` (default: now)."""
+             filters: Filters | None = None, start_timestamp: int | None = None) -> pl.DataFrame:
+    """Bounded read of every bucket from `start_offsets` (default: earliest) to `end_offsets` (default: now).
+
+    `start_timestamp` (epoch ms) starts each bucket at its first batch committed at or after that time
+    (Fluss's ``scan.startup.mode = timestamp``).
+    """
+    if start_timestamp is not None:
+        if start_offsets is not None:
+            raise InvalidConfigError("pass start_offsets or start_timestamp, not both")
+        start_offsets = {b: table.log_tablet(b).offset_for_timestamp(start_timestamp) for b in range(table.bucket_num)}
     columns = _check_columns(table, columns)
     groups = normalize_filters(filters, table.schema.names)
     needed = {c[0] for g in groups for c in g}
@@ -142,6 +150,11 @@ class LogScanner:
         """Read the given buckets (default: all) from their earliest retained offset."""
         for bucket in buckets if buckets is not None else range(self.table.bucket_num):
             self.subscribe(bucket, self.table.log_tablet(bucket).earliest_offset)
+
+    def subscribe_from_timestamp(self, timestamp_ms: int, buckets: Sequence[int] | None = None) -> None:
+        """Read from the first batch committed at or after `timestamp_ms` (epoch milliseconds)."""
+        for bucket in buckets if buckets is not None else range(self.table.bucket_num):
+            self.subscribe(bucket, self.table.log_tablet(bucket).offset_for_timestamp(timestamp_ms))
 
     def subscribe_from_latest(self, buckets: Sequence[int] | None = None) -> None:
         """Read only what is committed after now."""

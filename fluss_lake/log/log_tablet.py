@@ -112,6 +112,23 @@ class LogTablet:
                 return header
         raise CommitConflictError(f"bucket {self.bucket}: lost the race for the log end {max_attempts} times; retry the write")
 
+    def offset_for_timestamp(self, timestamp_ms: int) -> int:
+        """First offset whose batch was committed at or after `timestamp_ms` (the log end if none).
+
+        Commit timestamps never decrease within a bucket, so this is a binary search over batch headers.
+        """
+        end = self.refresh()
+        assert self._known is not None
+        bases = list(self._known.bases)
+        lo, hi = 0, len(bases)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if decode_header(self._open(batch_key(self.prefix, bases[mid]))).commit_ts >= timestamp_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        return bases[lo] if lo < len(bases) else end
+
     def read(self, start: int, end: int | None = None, *, columns: list[str] | None = None,
              header_filter: Callable[[BatchHeader], bool] | None = None) -> Iterator[LogBatch]:
         """Batches overlapping ``[start, end)`` in offset order (rows before `start` cut off).
