@@ -82,7 +82,7 @@ class Connection:
 
     def list_databases(self) -> list[str]:
         """Database names, sorted."""
-        return [n for n in self.store.list("") if not n.startswith((".", "_")) and self.store.exists(f"{n}/{_DB_MARKER}")]
+        return [n for n in self.store.list("") if not n.startswith(".") and self.store.exists(f"{n}/{_DB_MARKER}")]
 
     def drop_database(self, name: str, *, ignore_if_not_exists: bool = False, cascade: bool = False) -> None:
         """Drop a database (with its tables when `cascade`)."""
@@ -105,7 +105,8 @@ class Connection:
     def list_tables(self, database: str) -> list[str]:
         """Table names of a database, sorted."""
         self._require_database(database)
-        return [n for n in self.store.list(database) if not n.startswith((".", "_")) and self._versions(TablePath(database, n))]
+        return [n for n in self.store.list(database) if n != _DB_MARKER and not n.startswith(".")
+                and self._versions(TablePath(database, n))]
 
     def _versions(self, path: TablePath) -> list[int]:
         """Metadata version numbers of a table, ascending."""

@@ -10,7 +10,7 @@ import difflib
 import re
 from collections.abc import Mapping
 
-from fluss_lake.exceptions import InvalidConfigError
+from fluss_lake.exceptions import InvalidConfigError, UnsupportedMergeEngineError
 
 BUCKET_NUM = "bucket.num"
 BUCKET_KEY = "bucket.key"
@@ -85,7 +85,8 @@ def enum_value(key: str, value: str) -> str:
     normalized = str(value).strip().lower().replace("-", "_")
     allowed = _ENUMS[key]
     if normalized not in allowed:
-        raise InvalidConfigError(f"{key}={value!r} is not allowed; choose one of {list(allowed)}")
+        error = UnsupportedMergeEngineError if key == MERGE_ENGINE else InvalidConfigError
+        raise error(f"{key}={value!r} is not allowed; choose one of {list(allowed)}")
     return normalized
 
 
@@ -107,6 +108,8 @@ def normalize_options(options: Mapping[str, object]) -> dict[str, str]:
             raise InvalidConfigError(f"unknown option {key!r}; the bucket options are {BUCKET_NUM!r} and {BUCKET_KEY!r}")
         if key in _ENUMS:
             text = enum_value(key, text)
+        if key == BUCKET_NUM and not text.strip().isdigit():
+            raise InvalidConfigError(f"{BUCKET_NUM}={value!r} must be a whole number from 1 to {MAX_BUCKET_NUM}")
         if key in (LOG_TTL, DATALAKE_FRESHNESS, "table.log.local-ttl", "table.kv.ttl"):
             parse_duration_ms(key, text)
         result[key] = text

@@ -52,6 +52,7 @@ class Table:
         self.writer_id = uuid.uuid4().hex
         self._log_tablets: dict[int, LogTablet] = {}
         self._kv_tablets: dict[int, KvTablet] = {}
+        self._round_robin = -1
         self._reload(info)
 
     def _reload(self, info: TableInfo) -> None:
@@ -157,6 +158,15 @@ class Table:
         return {b: self.kv_tablet(b).snapshot() for b in range(self.bucket_num)}
 
     # ------------------------------------------------------------ writes
+    def next_round_robin_bucket(self) -> int:
+        """The next bucket for a key-less batch under ``client.writer.bucket.no-key-assigner=round_robin``."""
+        if self._round_robin < 0:
+            import random
+            self._round_robin = random.randrange(self.bucket_num)
+        else:
+            self._round_robin = (self._round_robin + 1) % self.bucket_num
+        return self._round_robin
+
     def new_append(self) -> "AppendWriter":
         """A buffering writer for a log table (``append`` then ``flush``)."""
         from fluss_lake.write.append_writer import AppendWriter

@@ -4,12 +4,18 @@ Commits rely on one primitive, :meth:`ObjectStore.put_if_absent`: an atomic crea
 exists. Local folders get it from ``link(2)`` of a fully written temp file (exclusive and never half-visible);
 S3 from a conditional put (``If-None-Match: *``) through s3fs. A put whose answer was lost and whose retry finds
 the object already there is recognised as our own by comparing bytes (every batch carries a unique writer id).
+Other fsspec backends are refused: their ``pipe_file(mode="create")`` is an exists-check followed by a write,
+which two writers can both pass.
+
+Every remote call has a deadline (``call_timeout`` storage option, seconds, plus one second per MiB sent), so an
+endpoint that stops answering makes the call fail with :class:`StorageUnavailableError` instead of hanging.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
@@ -36,6 +42,30 @@ class ObjectStore(Protocol):
     def local_path(self, key: str) -> str | None: ...
 
 
+_TMP_PREFIX = ".tmp-"
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a new directory entry durable (best effort where folders cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class LocalStore:
     """A local folder: the embedded default."""
 
@@ -52,31 +82,51 @@ class LocalStore:
         return self._path(key)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create `key` with `data` atomically; False if it exists already."""
+        """Create `key` with `data` atomically; False if it exists already.
+
+        The bytes are written and fsynced under a hidden temp name, then hard-linked to the final name (which
+        fails if it exists) and the folder is fsynced, so an acknowledged create survives a crash and a
+        reader never sees a partial object.
+        """
         path = self._path(key)
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        tmp = self._write_temp(directory, data)
         try:
             os.link(tmp, path)
-            return True
         except FileExistsError:
             return False
         finally:
-            os.unlink(tmp)
+            _unlink_quietly(tmp)
+        _fsync_dir(directory)
+        return True
 
     def put(self, key: str, data: bytes) -> None:
-        """Create or replace `key` atomically (rename of a complete temp file)."""
+        """Create or replace `key` atomically (rename of a complete, fsynced temp file)."""
         path = self._path(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = os.path.join(os.path.dirname(path), f".tmp-{uuid.uuid4().hex}")
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = self._write_temp(directory, data)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        _fsync_dir(directory)
+
+    @staticmethod
+    def _write_temp(directory: str, data: bytes) -> str:
+        """A complete, fsynced hidden temp file in `directory` (removed again if writing fails)."""
+        tmp = os.path.join(directory, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        return tmp
 
     def get(self, key: str) -> bytes:
         """The object's bytes; FileNotFoundError if absent."""
@@ -90,7 +140,7 @@ class LocalStore:
     def list(self, prefix: str) -> list[str]:
         """Names (not keys) directly under the folder `prefix`, sorted; hidden temp files left out."""
         try:
-            return sorted(n for n in os.listdir(self._path(prefix)) if not n.startswith(".tmp-"))
+            return sorted(n for n in os.listdir(self._path(prefix)) if not n.startswith(_TMP_PREFIX))
         except FileNotFoundError:
             return []
 
@@ -109,31 +159,71 @@ class LocalStore:
 
 
 _UNAVAILABLE_NAMES = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
-                      "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError")
+                      "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError",
+                      "FSTimeoutError")
+#: S3 error codes that mean "the service is overloaded or failed; the same request may succeed later".
+_UNAVAILABLE_CODES = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout",
+                                "RequestTimeoutException", "Throttling", "ThrottlingException",
+                                "500", "502", "503", "504"})
 
 
 def _is_unavailable(exc: BaseException) -> bool:
-    """Whether an exception (or its cause chain) means the endpoint did not answer."""
+    """Whether an exception (or its cause chain) means the endpoint did not answer, or answered 'try later'."""
     seen = 0
     while exc is not None and seen < 10:
         if type(exc).__name__ in _UNAVAILABLE_NAMES or isinstance(exc, ConnectionError | TimeoutError):
             return True
         if isinstance(exc, OSError) and exc.errno in (errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT):
             return True
+        response = getattr(exc, "response", None)  # botocore ClientError: a 5xx or throttling answer
+        if isinstance(response, Mapping):
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            code = str((response.get("Error") or {}).get("Code", ""))
+            if (isinstance(status, int) and status >= 500) or code in _UNAVAILABLE_CODES:
+                return True
         exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
         seen += 1
     return False
 
 
+#: Protocols whose ``pipe_file(..., mode="create")`` is an atomic conditional create (``If-None-Match: *``).
+_ATOMIC_CREATE_PROTOCOLS = frozenset({"s3", "s3a"})
+#: In-process filesystems: an atomic create only needs a lock.
+_IN_PROCESS_PROTOCOLS = frozenset({"memory"})
+_IN_PROCESS_LOCK = threading.Lock()
+_DEFAULT_CALL_TIMEOUT = 120.0
+_SECONDS_PER_MIB = 1.0
+_WRITES = ("create", "write", "delete")
+
+
+def _drop_expect_100_continue(request: Any, **_: Any) -> None:
+    """botocore sends ``Expect: 100-continue`` with uploads; aiohttp then waits for the interim answer with no
+    timeout at all, so a PUT to an endpoint that stopped answering hangs forever. Send the body directly."""
+    request.headers.pop("Expect", None)
+
+
 class FsspecStore:
-    """Any fsspec filesystem (``s3://bucket/prefix`` by configuration)."""
+    """Any fsspec filesystem with an atomic create: ``s3://bucket/prefix`` (s3fs), or ``memory://`` in-process.
+
+    ``storage_options`` go to fsspec, except ``call_timeout`` (seconds, default 120): the deadline of one
+    storage call, retries included, plus one second per MiB uploaded. A call past it is cancelled and raises
+    :class:`StorageUnavailableError`.
+    """
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         import fsspec
 
+        options = dict(storage_options or {})
+        self.call_timeout = float(options.pop("call_timeout", _DEFAULT_CALL_TIMEOUT))
         self.url = url.rstrip("/")
-        self.fs, self.root = fsspec.core.url_to_fs(self.url, **dict(storage_options or {}))
+        self.fs, self.root = fsspec.core.url_to_fs(self.url, **options)
         self.root = self.root.rstrip("/")
+        protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
+        self._in_process = bool(protocols & _IN_PROCESS_PROTOCOLS)
+        if not protocols & (_ATOMIC_CREATE_PROTOCOLS | _IN_PROCESS_PROTOCOLS):
+            raise StorageError(f"{self.url}: fsspec protocol {sorted(protocols)} has no atomic create-if-absent, so "
+                               "two writers could both commit the same log offset; use a local folder or s3://")
+        self._patched_client: Any = None
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}" if key else self.root
@@ -142,45 +232,83 @@ class FsspecStore:
         """Remote stores have no local path."""
         return None
 
+    # ------------------------------------------------------------ plumbing
+    def _prepare_client(self) -> None:
+        """Install the no-``Expect`` hook on the s3fs client (again if s3fs made a new client)."""
+        if not hasattr(self.fs, "set_session"):
+            return
+        client = getattr(self.fs, "_s3", None)
+        if client is None:
+            self.fs.connect()
+            client = self.fs._s3
+        if client is not self._patched_client:
+            client.meta.events.register("before-send.s3", _drop_expect_100_continue,
+                                        unique_id="fluss-lake-no-expect-100-continue")
+            self._patched_client = client
+
+    def _run(self, method: str, *args: Any, nbytes: int = 0, **kwargs: Any) -> Any:
+        """Call a filesystem method, with a deadline (and cancellation) when the filesystem is asynchronous."""
+        coroutine = getattr(self.fs, f"_{method}", None)
+        if getattr(self.fs, "async_impl", False) and coroutine is not None:
+            from fsspec.asyn import sync
+
+            self._prepare_client()
+            deadline = self.call_timeout + _SECONDS_PER_MIB * nbytes / 2**20
+            return sync(self.fs.loop, coroutine, *args, timeout=deadline, **kwargs)
+        return getattr(self.fs, method)(*args, **kwargs)
+
     def _call(self, what: str, key: str, fn: Callable[[], T]) -> T:
         """Run a storage call, turning endpoint failures into StorageUnavailableError."""
         try:
             return fn()
         except (FileNotFoundError, FileExistsError):
             raise
+        except StorageError:
+            raise
         except Exception as exc:  # noqa: BLE001 - classified below
             if _is_unavailable(exc):
+                outcome = ("the request may or may not have reached the store; re-read before relying on either"
+                           if what in _WRITES else "nothing was changed")
                 raise StorageUnavailableError(
                     f"storage at {self.url} did not answer while trying to {what} {key!r} ({type(exc).__name__}); "
-                    "nothing was committed by this call, retry it when the endpoint is back") from exc
+                    f"{outcome}; retry when the endpoint is back") from exc
             raise StorageError(f"storage at {self.url} failed to {what} {key!r}: {exc}") from exc
 
+    # ------------------------------------------------------------ objects
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Conditional put; a conflict with our own earlier (unacknowledged) put counts as success."""
+        path = self._path(key)
+
         def create() -> bool:
             try:
-                self.fs.pipe_file(self._path(key), data, mode="create")
+                if self._in_process:
+                    with _IN_PROCESS_LOCK:
+                        if self.fs.exists(path):
+                            raise FileExistsError(path)
+                        self.fs.pipe_file(path, data)
+                else:
+                    self._run("pipe_file", path, data, mode="create", nbytes=len(data))
                 return True
             except FileExistsError:
                 try:
-                    return bool(self.fs.cat_file(self._path(key)) == data)
+                    return bool(self._run("cat_file", path, nbytes=len(data)) == data)
                 except FileNotFoundError:
                     return False
         return self._call("create", key, create)
 
     def put(self, key: str, data: bytes) -> None:
         """Create or replace an object."""
-        self._call("write", key, lambda: self.fs.pipe_file(self._path(key), data))
+        self._call("write", key, lambda: self._run("pipe_file", self._path(key), data, nbytes=len(data)))
 
     def get(self, key: str) -> bytes:
         """The object's bytes."""
-        return self._call("read", key, lambda: self.fs.cat_file(self._path(key)))
+        return self._call("read", key, lambda: self._run("cat_file", self._path(key)))
 
     def exists(self, key: str) -> bool:
         """Whether the object exists (fresh answer, no listing cache)."""
         def check() -> bool:
             try:
-                self.fs.info(self._path(key), refresh=True)
+                self._run("info", self._path(key), refresh=True)
                 return True
             except FileNotFoundError:
                 return False
@@ -190,7 +318,7 @@ class FsspecStore:
         """Names directly under `prefix`, sorted."""
         def ls() -> list[str]:
             try:
-                entries = self.fs.ls(self._path(prefix), detail=False, refresh=True)
+                entries = self._run("ls", self._path(prefix), detail=False, refresh=True)
             except FileNotFoundError:
                 return []
             return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
@@ -200,7 +328,7 @@ class FsspecStore:
         """Remove an object if present."""
         def rm() -> None:
             try:
-                self.fs.rm_file(self._path(key))
+                self._run("rm_file", self._path(key))
             except FileNotFoundError:
                 pass
         self._call("delete", key, rm)
@@ -209,7 +337,7 @@ class FsspecStore:
         """Remove everything under `prefix`."""
         def rm() -> None:
             try:
-                self.fs.rm(self._path(prefix), recursive=True)
+                self._run("rm", self._path(prefix), recursive=True)
             except FileNotFoundError:
                 pass
         self._call("delete", prefix, rm)

@@ -85,7 +85,7 @@ def _condition_may_match(header: BatchHeader, column: str, op: str, value: Any) 
         return nulls is None or nulls > 0
     if op == "is not null":
         return nulls is None or nulls < count
-    if stats is None or column not in stats.columns:
+    if stats is None or column not in stats.columns or column in header.no_stats:
         return True
     lo, hi = stats.get_column(column)[0], stats.get_column(column)[1]
     if lo is None or hi is None:  # every value null

@@ -34,6 +34,7 @@ class BatchHeader:
     writer_id: str
     null_counts: dict[str, int] = field(default_factory=dict)
     stats: pl.DataFrame | None = None  # two rows: min, max of each statistics column
+    no_stats: tuple[str, ...] = ()  # statistics columns whose min/max are unknown in this batch (NaN present)
 
     @property
     def next_offset(self) -> int:
@@ -49,22 +50,23 @@ class LogBatch:
     rows: pa.Table
 
 
-def _stats_frame(data: pl.DataFrame, columns: tuple[str, ...]) -> tuple[pl.DataFrame | None, dict[str, int]]:
-    """Min/max rows and null counts of the statistics columns."""
+def _stats_frame(data: pl.DataFrame, columns: tuple[str, ...]) -> tuple[pl.DataFrame | None, dict[str, int], list[str]]:
+    """Min/max rows, null counts, and the float columns holding NaN (their min/max would mislead)."""
     if not columns or data.height == 0:
-        return None, {}
+        return None, {}, []
     selected = data.select(columns)
+    nan_columns = [c for c in columns if selected.schema[c].is_float() and bool(selected.get_column(c).is_nan().any())]
     stats = pl.concat([selected.min(), selected.max()])
-    return stats, {c: int(n) for c, n in zip(columns, selected.null_count().row(0))}
+    return stats, {c: int(n) for c, n in zip(columns, selected.null_count().row(0))}, nan_columns
 
 
 def encode_batch(*, rows: pl.DataFrame, base_offset: int, commit_ts: int, schema_id: int, writer_id: str,
                  stats_columns: tuple[str, ...] = (), compression: str | None = "zstd",
                  compression_level: int | None = None) -> bytes:
     """Serialize a batch (rows already carry the change type column when the table needs one)."""
-    stats, nulls = _stats_frame(rows, stats_columns)
+    stats, nulls, nan_columns = _stats_frame(rows, stats_columns)
     header = {"base_offset": base_offset, "record_count": rows.height, "commit_ts": commit_ts,
-              "schema_id": schema_id, "writer_id": writer_id, "null_counts": nulls}
+              "schema_id": schema_id, "writer_id": writer_id, "null_counts": nulls, "no_stats": nan_columns}
     if stats is not None:
         sink = pa.BufferOutputStream()
         arrow_stats = stats.to_arrow()
@@ -91,7 +93,8 @@ def _header_from_schema(schema: pa.Schema) -> BatchHeader:
     if "stats" in raw:
         stats = pl.from_arrow(pa.ipc.open_stream(pa.py_buffer(base64.b64decode(raw["stats"]))).read_all())
     return BatchHeader(raw["base_offset"], raw["record_count"], raw["commit_ts"], raw["schema_id"],
-                       raw["writer_id"], raw.get("null_counts", {}), stats)  # type: ignore[arg-type]
+                       raw["writer_id"], raw.get("null_counts", {}), stats,  # type: ignore[arg-type]
+                       tuple(raw.get("no_stats", ())))
 
 
 def decode_header(source: pa.NativeFile | bytes) -> BatchHeader:
@@ -110,5 +113,5 @@ def decode_batch(source: pa.NativeFile | bytes, columns: list[str] | None = None
         raise CorruptDataError(f"a log batch could not be decoded ({exc}); the store was changed outside fluss-lake") from exc
     if columns is not None:
         keep = [c for c in table.column_names if c == CHANGE_TYPE_COLUMN or c in columns]
-        table = table.select(keep)
+        table = table.select(keep or table.column_names[:1])  # keep one column so the row count survives
     return LogBatch(header, table.replace_schema_metadata(None))

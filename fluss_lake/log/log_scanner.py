@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from fluss_lake.exceptions import InvalidConfigError
+from fluss_lake.exceptions import InvalidConfigError, OffsetOutOfRangeError
 from fluss_lake.log.filters import Filters, may_match, normalize_filters, to_expression
 from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, LogBatch
 
@@ -31,7 +31,7 @@ def _batch_frame(table: "Table", bucket: int, batch: LogBatch, columns: Sequence
     """A decoded batch as rows with system columns and the projected table columns (padded to the schema)."""
     frame = pl.from_arrow(batch.rows)
     assert isinstance(frame, pl.DataFrame)
-    n = frame.height
+    n = batch.rows.num_rows  # a projection may leave no column of an older batch: count rows on the batch
     header = batch.header
     base = header.base_offset
     if CHANGE_TYPE_COLUMN in frame.columns:
@@ -95,15 +95,36 @@ def scan_log(table: "Table", *, start_offsets: Mapping[int, int] | None = None,
     columns = _check_columns(table, columns)
     groups = normalize_filters(filters, table.schema.names)
     needed = {c[0] for g in groups for c in g}
+    for given in (start_offsets or {}, end_offsets or {}):
+        for bucket in given:
+            _check_bucket(table, bucket)
     frames: list[pl.DataFrame] = []
     for bucket in range(table.bucket_num):
         tablet = table.log_tablet(bucket)
-        end = tablet.refresh() if end_offsets is None or bucket not in end_offsets else end_offsets[bucket]
+        latest = tablet.refresh()
+        end = latest if end_offsets is None or bucket not in end_offsets else end_offsets[bucket]
         start = tablet.earliest_offset if start_offsets is None or bucket not in start_offsets else start_offsets[bucket]
+        _check_range(tablet, start, latest)
+        if end > latest:
+            raise OffsetOutOfRangeError(f"bucket {bucket}: end offset {end} is after the log end {latest} (latest)")
         if start >= end:
             continue
         frames += _read_range(table, bucket, start, end, columns, groups, needed)
     return pl.concat(frames, how="vertical") if frames else _empty(table, columns)
+
+
+def _check_bucket(table: "Table", bucket: int) -> None:
+    """Reject buckets the table does not have."""
+    if not isinstance(bucket, int) or not 0 <= bucket < table.bucket_num:
+        raise InvalidConfigError(f"bucket {bucket} does not exist; {table.path} has buckets 0..{table.bucket_num - 1}")
+
+
+def _check_range(tablet, start: int, latest: int) -> None:
+    """A start offset must lie within the retained log: [earliest, latest]."""
+    earliest = tablet.earliest_offset
+    if not earliest <= start <= latest:
+        raise OffsetOutOfRangeError(f"bucket {tablet.bucket}: offset {start} is outside the retained log "
+                                    f"[{earliest}, {latest}]; start from {earliest} (earliest) or {latest} (latest)")
 
 
 def _check_columns(table: "Table", columns: Sequence[str] | None) -> list[str]:
@@ -142,8 +163,7 @@ class LogScanner:
 
     def subscribe(self, bucket: int, offset: int) -> None:
         """Read `bucket` from `offset` on."""
-        if not 0 <= bucket < self.table.bucket_num:
-            raise InvalidConfigError(f"bucket {bucket} does not exist; the table has buckets 0..{self.table.bucket_num - 1}")
+        _check_bucket(self.table, bucket)
         self.positions[bucket] = offset
 
     def subscribe_from_beginning(self, buckets: Sequence[int] | None = None) -> None:
@@ -172,7 +192,9 @@ class LogScanner:
         while True:
             frames: list[pl.DataFrame] = []
             for bucket, start in list(self.positions.items()):
-                end = self.table.log_tablet(bucket).refresh()
+                tablet = self.table.log_tablet(bucket)
+                end = tablet.refresh()
+                _check_range(tablet, start, end)
                 if end > start:
                     frames += _read_range(self.table, bucket, start, end, self.columns, self.groups, needed)
                     self.positions[bucket] = end

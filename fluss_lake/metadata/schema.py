@@ -14,9 +14,10 @@ from fluss_lake.metadata.types import DataTypeLike, fluss_type_name, to_polars_d
 
 __all__ = ["Column", "Schema", "RESERVED_COLUMNS"]
 
-#: Column names Fluss reserves for system columns (``TableDescriptorValidation.checkSystemColumns``).
+#: Column names Fluss reserves for system columns (``TableDescriptorValidation.checkSystemColumns``), plus the
+#: system columns our scans and lookups add. Every name starting with ``__`` is reserved too (internal columns).
 RESERVED_COLUMNS = frozenset({"__offset", "__timestamp", "__bucket", "_change_type", "_log_offset",
-                              "_commit_timestamp"})
+                              "_commit_timestamp", "_bucket", "_offset", "_found", "_key_index"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +40,9 @@ def _check_column_name(name: object) -> str:
     """Column names: non-empty printable strings that are not reserved."""
     if not isinstance(name, str) or not name or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise InvalidNameError(f"column name {name!r} is not allowed: use a non-empty name without control characters")
-    if name in RESERVED_COLUMNS:
+    if name in RESERVED_COLUMNS or name.startswith("__"):
         raise InvalidNameError(f"column name {name!r} is reserved for a system column "
-                               f"({sorted(RESERVED_COLUMNS)}); rename the column")
+                               f"({sorted(RESERVED_COLUMNS)} and every name starting with '__'); rename the column")
     return name
 
 

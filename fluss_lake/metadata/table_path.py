@@ -14,7 +14,7 @@ _VALID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,199}$")
 
 def check_name(kind: str, name: object) -> str:
     """Return `name` if it is a safe database/table name, else raise :class:`InvalidNameError`."""
-    if not isinstance(name, str) or not _VALID.match(name) or name.startswith("__"):
+    if not isinstance(name, str) or not _VALID.fullmatch(name) or name.startswith("__"):
         raise InvalidNameError(
             f"{kind} name {name!r} is not allowed: use 1-200 characters of letters, digits, '_' and '-', "
             "not starting with '-' or '__' (no '.', '/', spaces or control characters)")

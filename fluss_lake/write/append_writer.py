@@ -46,12 +46,14 @@ class AppendWriter:
     2
     """
 
-    def __init__(self, table: "Table") -> None:
+    def __init__(self, table: "Table", *, buffer_rows: int = 1_000_000) -> None:
         if table.is_primary_key_table:
             raise UnsupportedOperationError(f"{table.path} has a primary key; use new_upsert() instead of new_append()")
         self.table = table
+        self.buffer_rows = buffer_rows
         self._buffer: list[pl.DataFrame] = []
-        self._round_robin = random.randrange(table.bucket_num)
+        self._buffered_rows = 0
+        self._done = WriteResult()
 
     def append(self, data: Any) -> None:
         """Validate rows and buffer them; raises before buffering anything if they do not fit."""
@@ -60,7 +62,7 @@ class AppendWriter:
                         not_null_checked=[c.name for c in schema.columns if not c.nullable],
                         key_columns=self.table.info.bucket_keys)
         if frame.height:
-            self._buffer.append(frame)
+            self._buffer_frame(frame)
 
     def _buckets(self, frame: pl.DataFrame) -> np.ndarray:
         """Bucket of every row: hash of the bucket key, else sticky or round-robin per batch."""
@@ -69,16 +71,30 @@ class AppendWriter:
             return assign_buckets([frame.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
                                   lake_format=info.options.get(opt.DATALAKE_FORMAT))
         if info.options.get(opt.NO_KEY_ASSIGNER, "sticky") == "round_robin":
-            self._round_robin = (self._round_robin + 1) % info.bucket_num
-            return np.full(frame.height, self._round_robin, dtype=np.int32)
+            bucket = self.table.next_round_robin_bucket()
+            return np.full(frame.height, bucket, dtype=np.int32)
         return np.full(frame.height, random.randrange(info.bucket_num), dtype=np.int32)
 
+    def _buffer_frame(self, frame: pl.DataFrame) -> None:
+        """Keep validated rows; send a batch once ``buffer_rows`` are waiting (the client's batch bound)."""
+        self._buffer.append(frame)
+        self._buffered_rows += frame.height
+        if self._buffered_rows >= self.buffer_rows:
+            self._done = self._done.combine(self._send())
+
     def flush(self) -> WriteResult:
+        """Commit everything buffered; returns what this writer committed since the last flush."""
+        result = self._done.combine(self._send())
+        self._done = WriteResult()
+        return result
+
+    def _send(self) -> WriteResult:
         """Commit everything buffered: one batch per bucket; returns the offsets taken."""
         if not self._buffer:
             return WriteResult()
         frame = pl.concat(self._buffer, how="vertical") if len(self._buffer) > 1 else self._buffer[0]
         self._buffer = []
+        self._buffered_rows = 0
         info = self.table.info
         stats = _stats_columns(self.table)
         compression, level = self.table._compression()

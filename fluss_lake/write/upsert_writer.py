@@ -28,7 +28,8 @@ _OP = "__is_delete"
 class UpsertWriter:
     """Writes upserts and deletes of one kind (full rows, or a fixed set of target columns).
 
-    All calls between two flushes form one write batch per bucket, merged in call order.
+    All calls between two flushes form one write batch per bucket, merged in call order; once
+    `buffer_rows` rows are waiting they are sent as a batch without waiting for ``flush``.
 
     Examples
     --------
@@ -44,11 +45,12 @@ class UpsertWriter:
     """
 
     def __init__(self, table: "Table", *, target_columns: Sequence[str] | None = None,
-                 merge_mode: str = "default") -> None:
+                 merge_mode: str = "default", buffer_rows: int = 1_000_000) -> None:
         if not table.is_primary_key_table:
             raise UnsupportedOperationError(f"{table.path} is a log table; use new_append() (upserts and deletes "
                                             "need a primary key)")
         self.table = table
+        self.buffer_rows = buffer_rows
         spec = table.merge_spec
         self.target_columns = tuple(target_columns) if target_columns is not None else None
         self.merger = create_row_merger(spec, target_columns=self.target_columns, merge_mode=merge_mode)  # type: ignore[arg-type]
@@ -58,6 +60,8 @@ class UpsertWriter:
         wal = table.info.options.get(opt.CHANGELOG_IMAGE, "full") == "wal"
         self.image = ChangeImage(wal=wal, inserts_as_updates=wal and spec.merge_engine is None and not partial)
         self._buffer: list[pl.DataFrame] = []
+        self._buffered_rows = 0
+        self._done = WriteResult()
 
     def upsert(self, data: Any) -> None:
         """Validate and buffer upserts (raises before buffering anything if they do not fit)."""
@@ -73,7 +77,7 @@ class UpsertWriter:
         frame = conform(frame, schema, required=required, key_columns=schema.primary_key,
                         not_null_checked=[] if self.partial else [c.name for c in schema.columns if not c.nullable])
         if frame.height:
-            self._buffer.append(frame.with_columns(pl.lit(False).alias(_OP)))
+            self._buffer_frame(frame.with_columns(pl.lit(False).alias(_OP)))
 
     def delete(self, keys: Any) -> None:
         """Validate and buffer deletes by primary key (other columns are ignored)."""
@@ -86,14 +90,28 @@ class UpsertWriter:
                                      [c for c in frame.columns if c not in schema.names]),
                         schema, required=schema.primary_key, key_columns=schema.primary_key)
         if frame.height:
-            self._buffer.append(frame.with_columns(pl.lit(True).alias(_OP)))
+            self._buffer_frame(frame.with_columns(pl.lit(True).alias(_OP)))
+
+    def _buffer_frame(self, frame: pl.DataFrame) -> None:
+        """Keep validated rows; send a batch once ``buffer_rows`` are waiting (the client's batch bound)."""
+        self._buffer.append(frame)
+        self._buffered_rows += frame.height
+        if self._buffered_rows >= self.buffer_rows:
+            self._done = self._done.combine(self._send())
 
     def flush(self) -> WriteResult:
+        """Commit everything buffered; returns what this writer committed since the last flush."""
+        result = self._done.combine(self._send())
+        self._done = WriteResult()
+        return result
+
+    def _send(self) -> WriteResult:
         """Merge and commit the buffered batch, bucket by bucket; returns the offsets taken."""
         if not self._buffer:
             return WriteResult()
         frame = pl.concat(self._buffer, how="vertical") if len(self._buffer) > 1 else self._buffer[0]
         self._buffer = []
+        self._buffered_rows = 0
         info = self.table.info
         buckets = assign_buckets([frame.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
                                  lake_format=info.options.get(opt.DATALAKE_FORMAT))

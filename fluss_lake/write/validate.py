@@ -38,11 +38,29 @@ def to_frame(data: Any, schema: Schema) -> pl.DataFrame:
             unknown = [n for n in names if n not in schema.names]
             if unknown:
                 raise SchemaMismatchError(f"unknown column(s) {unknown}; the table has {list(schema.names)}")
-            try:
-                return pl.DataFrame(items, schema={n: schema.column(n).dtype for n in names}, strict=False)
-            except Exception as exc:  # noqa: BLE001 - polars raises several types here
-                raise SchemaMismatchError(f"rows do not fit the table schema: {exc}") from exc
+            for name in names:  # Python objects are per row anyway: refuse columns that mix value types
+                kinds = {_kind_of(row[name]) for row in items if row.get(name) is not None}
+                if len(kinds) > 1 and not kinds <= {"int", "float"}:
+                    raise SchemaMismatchError(f"column {name!r} is {schema.column(name).type_name} but the rows mix "
+                                              f"values of types {sorted(kinds)}; send one type per column")
+            columns = []
+            for name in names:  # infer the values' own types; conform() then applies the frame cast rules
+                try:
+                    columns.append(pl.Series(name, [row.get(name) for row in items], strict=True))
+                except Exception as exc:  # noqa: BLE001 - polars raises several types here
+                    raise SchemaMismatchError(f"column {name!r}: values do not form one type ({exc}); "
+                                              "send one type per column") from exc
+            return pl.DataFrame(columns)
     raise SchemaMismatchError(f"cannot write {type(data).__name__}; pass a Polars DataFrame, Arrow data or a list of dicts")
+
+
+def _kind_of(value: Any) -> str:
+    """A Python value's type name; datetimes tell naive from time-zone aware."""
+    import datetime as dt
+
+    if isinstance(value, dt.datetime):
+        return "datetime (aware)" if value.tzinfo is not None else "datetime (naive)"
+    return type(value).__name__
 
 
 _KINDS = (

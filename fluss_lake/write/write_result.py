@@ -15,6 +15,13 @@ class WriteResult:
     records: int = 0
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
 
+    def combine(self, later: "WriteResult") -> "WriteResult":
+        """This result followed by `later` (auto-flushed batches of one writer)."""
+        offsets = dict(self.offsets)
+        for bucket, (base, end) in later.offsets.items():
+            offsets[bucket] = (offsets[bucket][0], end) if bucket in offsets else (base, end)
+        return WriteResult(self.rows + later.rows, self.records + later.records, offsets)
+
     @property
     def end_offsets(self) -> dict[int, int]:
         """Log end offset of each written bucket right after this write."""
