@@ -229,8 +229,16 @@ class Table:
         return frame.select(columns) if columns else frame
 
     def to_lazy(self, *, columns: Sequence[str] | None = None) -> pl.LazyFrame:
-        """:meth:`to_polars` as a LazyFrame."""
-        return self.to_polars(columns=columns).lazy()
+        """Current rows as a LazyFrame; a primary-key table's state is scanned from its on-disk segments."""
+        if not self.is_primary_key_table:
+            return self.to_polars(columns=columns).lazy()
+        parts = []
+        for bucket in range(self.bucket_num):
+            tablet = self.kv_tablet(bucket)
+            tablet.catch_up()
+            parts.append(tablet.kv.scan_lazy())
+        lazy = pl.concat(parts, how="vertical")
+        return lazy.select(columns) if columns else lazy
 
     def new_lookup(self) -> "Lookuper":
         """A batched primary-key lookuper."""

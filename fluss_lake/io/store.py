@@ -215,6 +215,9 @@ class FsspecStore:
 
         options = dict(storage_options or {})
         self.call_timeout = float(options.pop("call_timeout", _DEFAULT_CALL_TIMEOUT))
+        # Never answer from fsspec's listing cache: s3fs's cat_file/info consult it, and a cached listing of a
+        # log folder hides every batch other processes committed since (a writer then loses every race forever).
+        options["use_listings_cache"] = False
         self.url = url.rstrip("/")
         self.fs, self.root = fsspec.core.url_to_fs(self.url, **options)
         self.root = self.root.rstrip("/")
@@ -257,13 +260,22 @@ class FsspecStore:
             return sync(self.fs.loop, coroutine, *args, timeout=deadline, **kwargs)
         return getattr(self.fs, method)(*args, **kwargs)
 
+    def _read(self, path: str) -> bytes:
+        """An object's bytes in one GET (s3fs would first ask for the size, a HEAD, to split big objects)."""
+        if getattr(self.fs, "async_impl", False) and hasattr(self.fs, "max_concurrency"):
+            return self._run("cat_file", path, max_concurrency=1)
+        return self._run("cat_file", path)
+
     def _call(self, what: str, key: str, fn: Callable[[], T]) -> T:
         """Run a storage call, turning endpoint failures into StorageUnavailableError."""
         try:
             return fn()
-        except (FileNotFoundError, FileExistsError):
+        except FileNotFoundError as exc:
+            if what in ("create", "write"):  # the object cannot be missing: the bucket or container is
+                raise StorageError(f"storage at {self.url} failed to {what} {key!r}: {exc!r} (does the bucket "
+                                   "exist?)") from exc
             raise
-        except StorageError:
+        except (FileExistsError, StorageError):
             raise
         except Exception as exc:  # noqa: BLE001 - classified below
             if _is_unavailable(exc):
@@ -291,7 +303,7 @@ class FsspecStore:
                 return True
             except FileExistsError:
                 try:
-                    return bool(self._run("cat_file", path, nbytes=len(data)) == data)
+                    return bool(self._read(path) == data)
                 except FileNotFoundError:
                     return False
         return self._call("create", key, create)
@@ -302,7 +314,7 @@ class FsspecStore:
 
     def get(self, key: str) -> bytes:
         """The object's bytes."""
-        return self._call("read", key, lambda: self._run("cat_file", self._path(key)))
+        return self._call("read", key, lambda: self._read(self._path(key)))
 
     def exists(self, key: str) -> bool:
         """Whether the object exists (fresh answer, no listing cache)."""

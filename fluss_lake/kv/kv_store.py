@@ -216,6 +216,24 @@ class KvStore:
         merged = pl.concat(parts).unique(subset=list(self.primary_key), keep="first", maintain_order=True)
         return merged.filter(~pl.col(TOMB_COLUMN)).drop(TOMB_COLUMN, "__rank")
 
+    def scan_lazy(self) -> pl.LazyFrame:
+        """All live rows as a LazyFrame over the memory-mapped segment files (streams; no full load)."""
+        names = self.schema.names()
+        parts = []
+        for rank, segment in enumerate(self.segments):
+            if not segment.rows:
+                continue
+            lazy = pl.scan_ipc(segment.path)
+            present = set(segment.table.column_names)
+            lazy = lazy.with_columns([pl.lit(None, dtype).alias(n) for n, dtype in self.schema.items() if n not in present])
+            parts.append(lazy.select(*names, TOMB_COLUMN).with_columns(pl.lit(rank).alias("__rank")))
+        if not parts:
+            return pl.LazyFrame(schema=self.schema)
+        if len(parts) == 1:
+            return parts[0].filter(~pl.col(TOMB_COLUMN)).select(names)
+        merged = pl.concat(parts).unique(subset=list(self.primary_key), keep="first", maintain_order=True)
+        return merged.filter(~pl.col(TOMB_COLUMN)).select(names)
+
     def row_count(self) -> int:
         """Number of live keys (exact; merges segments logically)."""
         return self.scan().height if len(self.segments) > 1 else int((~self.segments[0].tomb).sum()) if self.segments else 0

@@ -211,20 +211,29 @@ class KvTablet:
         self._collect()
         return self.applied
 
+    def _collect_orphans(self, referenced: set[str]) -> None:
+        """Delete orphaned segment files of the shared (local-store) segment folder."""
+        if not self.local_segments:
+            return
+        for path in _orphans(self.kv.directory, referenced, time.time()):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
     def _collect(self) -> None:
         """Drop old manifests and segments this process retired that no retained manifest names."""
         prefix = f"{self.kv_prefix}/snapshots"
         names = sorted(n for n in self.store.list(prefix) if n.endswith(_SNAPSHOT_SUFFIX))
         for old in names[: -self.snapshots_retained]:
             self.store.delete(f"{prefix}/{old}")
-        if not self.kv.retired:
-            return
         referenced: set[str] = {s.name for s in self.kv.segments}
         for name in names[-self.snapshots_retained:]:
             try:
                 referenced.update(json.loads(self.store.get(f"{prefix}/{name}"))["segments"])
             except FileNotFoundError:
                 pass
+        self._collect_orphans(referenced)
         keep = []
         for segment in self.kv.retired:
             if segment.name in referenced:
@@ -237,6 +246,33 @@ class KvTablet:
             if not self.local_segments:
                 self.store.delete(f"{self.kv_prefix}/segments/{segment.name}")
         self.kv.retired = keep
+
+
+_ORPHAN_GRACE_SECONDS = 600
+
+
+def _orphans(directory: str, referenced: set[str], now: float) -> list[str]:
+    """Segment files no retained snapshot or live state names, untouched for the grace period.
+
+    Such files are left by writers that crashed or by processes whose segments were merged away; a process
+    that still maps one keeps its mapping (unlinking a mapped file is safe) and rewrites it if it must
+    snapshot it.
+    """
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    old = []
+    for name in names:
+        if name in referenced or not (name.startswith("seg-") or name.startswith(".tmp-seg-")):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if now - os.path.getmtime(path) > _ORPHAN_GRACE_SECONDS:
+                old.append(path)
+        except FileNotFoundError:
+            pass
+    return old
 
 
 def _key_ids(batch: pl.DataFrame, hashes: np.ndarray, primary_key: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -108,3 +108,37 @@ def test_hash_collisions_are_resolved_by_key(weak_hash, tmp_path_factory, ops, p
     looked = table.new_lookup().lookup(pl.DataFrame({"id": list(range(31))}), with_found=True)
     assert looked.get_column("_found").to_list() == [k in expected for k in range(31)]
     assert looked.get_column("n").to_list() == [expected.get(k) for k in range(31)]
+
+
+def test_lazy_state_equals_eager_state(tmp_path) -> None:
+    table = _table(tmp_path)
+    for step in range(9):
+        table.upsert(pl.DataFrame({"id": np.arange(step * 50, step * 50 + 300), "v": [f"s{step}"] * 300,
+                                   "n": np.full(300, step, dtype=np.int32)}))
+        table.delete(pl.DataFrame({"id": [step * 7]}))
+    assert len(table.kv_tablet(0).kv.segments) > 1
+    lazy = table.to_lazy()
+    assert isinstance(lazy, pl.LazyFrame)
+    assert lazy.collect().sort("id").equals(table.to_polars().sort("id"))
+    assert table.to_lazy(columns=["id"]).collect().height == table.to_polars().height
+
+
+def test_snapshot_collects_old_orphaned_segments_only(tmp_path) -> None:
+    import os
+    import time
+
+    table = _table(tmp_path, snapshot_every=1)
+    table.upsert([{"id": 1, "v": "a", "n": 1}])
+    directory = table.kv_tablet(0).kv.directory
+    old, fresh = os.path.join(directory, "seg-crashed-writer.arrow"), os.path.join(directory, "seg-other-process.arrow")
+    for path in (old, fresh):
+        with open(path, "wb") as handle:
+            handle.write(b"left behind")
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    table.upsert([{"id": 2, "v": "b", "n": 2}])  # snapshot_every=1: snapshots and collects
+    assert not os.path.exists(old)
+    assert os.path.exists(fresh)
+    live = {s.name for s in table.kv_tablet(0).kv.segments}
+    assert live <= set(os.listdir(directory))
+    assert fl.connect(tmp_path).get_table("d.t").to_polars().height == 2
