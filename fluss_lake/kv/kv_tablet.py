@@ -164,27 +164,32 @@ class KvTablet:
         exists = found.copy()
         store = current
         position = np.arange(len(first))
-        pieces: list[pl.DataFrame] = []
+        records: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # store row, type, seq, sub
         touched = np.zeros(len(first), dtype=bool)
-        for r in range(int(occurrence.max()) + 1 if len(occurrence) else 0):
+        rounds = int(occurrence.max()) + 1 if len(occurrence) else 0
+        for r in range(rounds):
             sel = np.flatnonzero(occurrence == r)
             keys = key_id[sel]
-            old = store[position[keys]]
-            outcome = merger.merge(MergeRound(old, pl.Series(exists[keys]), batch[sel],
+            identity = rounds == 1 and len(sel) == store.height  # every key once, in first-seen order
+            old_pos = position[keys]
+            old = store if identity else store[old_pos]
+            outcome = merger.merge(MergeRound(old, pl.Series(exists[keys]), batch if identity else batch[sel],
                                               pl.Series(is_delete[sel])))
             emit = outcome.emit.to_numpy()
             touched[keys] |= emit != 0
-            seq = pl.Series("__seq", sel)
-            pieces += _records(old, outcome.after, emit, seq, image)
-            position[keys] = store.height + np.arange(len(sel))
+            new_pos = store.height + np.arange(len(sel))
+            records.append(_records(emit, old_pos, new_pos, sel, image))
+            position[keys] = new_pos
             store = pl.concat([store, outcome.after], how="vertical")
             exists[keys] = outcome.after_exists.to_numpy()
         changed = np.flatnonzero(touched)
         keys_of_changed = batch[first[changed]].select(self.primary_key)
         final = (hashes[first][changed], store[position[changed]].with_columns(keys_of_changed), ~exists[changed])
-        if not pieces:
+        rows, types, seq, sub = (np.concatenate(parts) for parts in zip(*records)) if records else ([],) * 4
+        if len(rows) == 0:
             return pl.DataFrame(schema={CHANGE_TYPE_COLUMN: pl.Int8, **dict(self.schema)}), final
-        changelog = pl.concat(pieces, how="vertical").sort("__seq", "__sub").drop("__seq", "__sub")
+        order = np.lexsort((sub, seq))
+        changelog = store[rows[order]].select(pl.Series(CHANGE_TYPE_COLUMN, types[order], dtype=pl.Int8), pl.all())
         return changelog, final
 
     # ------------------------------------------------------------ snapshots
@@ -306,20 +311,14 @@ def _occurrence(key_id: np.ndarray) -> np.ndarray:
     return occurrence
 
 
-def _records(old: pl.DataFrame, after: pl.DataFrame, emit: np.ndarray, seq: pl.Series,
-             image: ChangeImage) -> list[pl.DataFrame]:
-    """Changelog records of one round, tagged with batch position and order within it."""
-    out = []
-
-    def tag(frame: pl.DataFrame, mask: np.ndarray, change: int, sub: int) -> None:
-        if mask.any():
-            out.append(frame.filter(pl.Series(mask)).with_columns(
-                pl.lit(change, pl.Int8).alias(CHANGE_TYPE_COLUMN), seq.filter(pl.Series(mask)),
-                pl.lit(sub, pl.Int8).alias("__sub")).select(CHANGE_TYPE_COLUMN, *frame.columns, "__seq", "__sub"))
-
-    tag(after, emit == EMIT_INSERT, UPDATE_AFTER if image.inserts_as_updates else INSERT, 1)
-    if not image.wal:
-        tag(old, emit == EMIT_UPDATE, UPDATE_BEFORE, 0)
-    tag(after, emit == EMIT_UPDATE, UPDATE_AFTER, 1)
-    tag(old, emit == EMIT_DELETE, DELETE, 0)
-    return out
+def _records(emit: np.ndarray, old_pos: np.ndarray, new_pos: np.ndarray, seq: np.ndarray,
+             image: ChangeImage) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Changelog records of one round as (store row, change type, batch position, order within it)."""
+    before = (emit == EMIT_DELETE) | ((emit == EMIT_UPDATE) & (not image.wal))
+    after = (emit == EMIT_INSERT) | (emit == EMIT_UPDATE)
+    insert_type = UPDATE_AFTER if image.inserts_as_updates else INSERT
+    return (np.concatenate([old_pos[before], new_pos[after]]),
+            np.concatenate([np.where(emit[before] == EMIT_DELETE, DELETE, UPDATE_BEFORE),
+                            np.where(emit[after] == EMIT_INSERT, insert_type, UPDATE_AFTER)]).astype(np.int8),
+            np.concatenate([seq[before], seq[after]]),
+            np.concatenate([np.zeros(before.sum(), np.int8), np.ones(after.sum(), np.int8)]))
