@@ -52,7 +52,7 @@ class Connection:
     """
 
     def __init__(self, store: ObjectStore, *, local_dir: str | None = None, clock: Callable[[], int] | None = None,
-                 snapshot_every: int = 64) -> None:
+                 snapshot_every: int = 1_000_000) -> None:
         self.store = store
         self.clock = clock or _system_clock
         self.snapshot_every = snapshot_every
@@ -226,7 +226,7 @@ class Connection:
 
 def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[str, Any] | None = None,
             local_dir: str | None = None, clock: Callable[[], int] | None = None,
-            datalake_format: str | None = None, snapshot_every: int = 64) -> Connection:
+            datalake_format: str | None = None, snapshot_every: int = 1_000_000) -> Connection:
     """Open a store: a local folder by default, or ``s3://bucket/prefix`` with fsspec storage options.
 
     Parameters
@@ -242,7 +242,9 @@ def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[st
     datalake_format
         Cluster-level ``datalake.format`` stamped on new tables (``"iceberg"`` buckets like Iceberg).
     snapshot_every
-        Take a state snapshot after this many offsets since the last one.
+        Take a state snapshot of a bucket once this many log offsets were applied since its last one (a new
+        process restores the snapshot and replays at most about this many records). Also see
+        :meth:`~fluss_lake.table.Table.snapshot`.
 
     Examples
     --------

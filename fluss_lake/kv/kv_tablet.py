@@ -31,6 +31,7 @@ __all__ = ["KvTablet", "ChangeImage"]
 APPEND_ONLY, INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = 0, 1, 2, 3, 4
 _SNAPSHOT_SUFFIX = ".json"
 _REPLAY_CHUNK_ROWS = 2_000_000
+_SNAPSHOT_INTERVAL_SECONDS = 600
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,7 @@ class KvTablet:
     def __init__(self, *, store: ObjectStore, table_prefix: str, bucket: int, schema: pl.Schema, schema_id: int,
                  primary_key: Sequence[str], prefix_key: Sequence[str], local_dir: str, writer_id: str,
                  clock: Callable[[], int], compression: str | None, compression_level: int | None,
-                 snapshot_every: int = 64, snapshots_retained: int = 2) -> None:
+                 snapshot_every: int = 1_000_000, snapshots_retained: int = 2) -> None:
         self.store = store
         self.bucket = bucket
         self.schema = schema
@@ -148,7 +149,7 @@ class KvTablet:
             if self.log.try_append(base, data, header):
                 self.kv.apply(*final)
                 self.applied = header.next_offset
-                if self.applied - max(self.last_snapshot, 0) >= self.snapshot_every:
+                if self.applied - max(self.last_snapshot, 0) >= self.snapshot_every or self._snapshot_due():
                     self.snapshot()
                 return header
         raise CommitConflictError(f"bucket {self.bucket}: lost the race for the log end {max_attempts} times; "
@@ -193,6 +194,12 @@ class KvTablet:
         return changelog, final
 
     # ------------------------------------------------------------ snapshots
+    def _snapshot_due(self) -> bool:
+        """Time-based trigger (Fluss's ``kv.snapshot.interval``, here 10 minutes since the last snapshot)."""
+        now = time.monotonic()
+        if not hasattr(self, "_last_snapshot_time"):
+            self._last_snapshot_time = now
+        return now - self._last_snapshot_time >= _SNAPSHOT_INTERVAL_SECONDS
     def snapshot(self) -> int:
         """Persist the state as a manifest of immutable segments at the applied offset; returns that offset."""
         if self.applied == self.last_snapshot:
@@ -213,6 +220,7 @@ class KvTablet:
         self.store.put_if_absent(f"{self.kv_prefix}/snapshots/{self.applied:020d}{_SNAPSHOT_SUFFIX}",
                                  json.dumps(manifest).encode())
         self.last_snapshot = self.applied
+        self._last_snapshot_time = time.monotonic()
         self._collect()
         return self.applied
 

@@ -61,7 +61,7 @@ def _check(engine: str, batch: list, targets: list[str] | None = None) -> None:
         if not batch:
             return
     with tempfile.TemporaryDirectory() as root:
-        conn = fl.connect(root)
+        conn = fl.connect(root, snapshot_every=7)  # small: reopening exercises snapshot + tail replay
         conn.create_database("p")
         at_once, one_by_one = _table(conn, "at_once", options), _table(conn, "one_by_one", options)
         writer = at_once.new_upsert(target_columns=targets)
