@@ -135,16 +135,24 @@ class KvTablet:
 
     # ------------------------------------------------------------ writes
     def write(self, batch: pl.DataFrame, is_delete: np.ndarray, merger: RowMerger, image: ChangeImage,
-              max_attempts: int = 10_000) -> BatchHeader:
-        """Merge `batch` (rows in write order) and commit its changelog; returns the committed batch header."""
+              max_attempts: int = 10_000, *, writer_id: str | None = None, batch_seq: int = -1) -> BatchHeader:
+        """Merge `batch` (rows in write order) and commit its changelog; returns the committed batch header.
+
+        With a writer id and batch sequence the write is idempotent: if that batch is already in the log (an
+        earlier attempt reached the storage but its answer was lost) it is not merged again.
+        """
+        writer_id = writer_id or self.writer_id
         hashes = index_hashes(batch, self.primary_key, self.prefix_key)
         for _ in range(max_attempts):
             base = self.catch_up()
+            done = self.log.committed(writer_id, batch_seq)
+            if done is not None:
+                return done
             changelog, final = self._merge(batch, hashes, is_delete, merger, image)
             commit_ts = self.log.next_commit_ts(self.clock())
-            header = BatchHeader(base, changelog.height, commit_ts, self.schema_id, self.writer_id)
+            header = BatchHeader(base, changelog.height, commit_ts, self.schema_id, writer_id, batch_seq=batch_seq)
             data = encode_batch(rows=changelog, base_offset=base, commit_ts=commit_ts, schema_id=self.schema_id,
-                                writer_id=self.writer_id, compression=self.compression,
+                                writer_id=writer_id, batch_seq=batch_seq, compression=self.compression,
                                 compression_level=self.compression_level)
             if self.log.try_append(base, data, header):
                 self.kv.apply(*final)

@@ -35,6 +35,7 @@ class BatchHeader:
     null_counts: dict[str, int] = field(default_factory=dict)
     stats: pl.DataFrame | None = None  # two rows: min, max of each statistics column
     no_stats: tuple[str, ...] = ()  # statistics columns whose min/max are unknown in this batch (NaN present)
+    batch_seq: int = -1  # the writer's sequence number for this bucket (idempotent retries)
 
     @property
     def next_offset(self) -> int:
@@ -61,12 +62,13 @@ def _stats_frame(data: pl.DataFrame, columns: tuple[str, ...]) -> tuple[pl.DataF
 
 
 def encode_batch(*, rows: pl.DataFrame, base_offset: int, commit_ts: int, schema_id: int, writer_id: str,
-                 stats_columns: tuple[str, ...] = (), compression: str | None = "zstd",
+                 batch_seq: int = -1, stats_columns: tuple[str, ...] = (), compression: str | None = "zstd",
                  compression_level: int | None = None) -> bytes:
     """Serialize a batch (rows already carry the change type column when the table needs one)."""
     stats, nulls, nan_columns = _stats_frame(rows, stats_columns)
     header = {"base_offset": base_offset, "record_count": rows.height, "commit_ts": commit_ts,
-              "schema_id": schema_id, "writer_id": writer_id, "null_counts": nulls, "no_stats": nan_columns}
+              "schema_id": schema_id, "writer_id": writer_id, "null_counts": nulls, "no_stats": nan_columns,
+              "batch_seq": batch_seq}
     if stats is not None:
         sink = pa.BufferOutputStream()
         arrow_stats = stats.to_arrow()
@@ -94,7 +96,7 @@ def _header_from_schema(schema: pa.Schema) -> BatchHeader:
         stats = pl.from_arrow(pa.ipc.open_stream(pa.py_buffer(base64.b64decode(raw["stats"]))).read_all())
     return BatchHeader(raw["base_offset"], raw["record_count"], raw["commit_ts"], raw["schema_id"],
                        raw["writer_id"], raw.get("null_counts", {}), stats,  # type: ignore[arg-type]
-                       tuple(raw.get("no_stats", ())))
+                       tuple(raw.get("no_stats", ())), raw.get("batch_seq", -1))
 
 
 def decode_header(source: pa.NativeFile | bytes) -> BatchHeader:

@@ -34,6 +34,7 @@ class _Known:
     bases: list[int]
     end: int
     last_commit_ts: int
+    writers: dict[str, BatchHeader]  # latest batch of each writer seen since this process opened the log
 
 
 class LogTablet:
@@ -55,9 +56,9 @@ class LogTablet:
         names = [n for n in self.store.list(self.prefix) if n.endswith(_SUFFIX)]
         bases = sorted(int(n[: -len(_SUFFIX)]) for n in names)
         if not bases:
-            return _Known([], 0, 0)
+            return _Known([], 0, 0, {})
         last = decode_header(self._open(batch_key(self.prefix, bases[-1])))
-        return _Known(bases, last.next_offset, last.commit_ts)
+        return _Known(bases, last.next_offset, last.commit_ts, {last.writer_id: last})
 
     def refresh(self) -> int:
         """Catch up with batches other writers committed; returns the log end offset."""
@@ -72,6 +73,7 @@ class LogTablet:
             known.bases.append(known.end)
             known.end = header.next_offset
             known.last_commit_ts = max(known.last_commit_ts, header.commit_ts)
+            known.writers[header.writer_id] = header
 
     @property
     def end_offset(self) -> int:
@@ -98,15 +100,32 @@ class LogTablet:
         self._known.bases.append(base_offset)
         self._known.end = header.next_offset
         self._known.last_commit_ts = max(self._known.last_commit_ts, header.commit_ts)
+        self._known.writers[header.writer_id] = header
         return True
 
+    def committed(self, writer_id: str, batch_seq: int) -> BatchHeader | None:
+        """The header of this writer's batch `batch_seq` if it is already in the log (after :meth:`refresh`).
+
+        A write whose answer was lost (the storage endpoint went away) may have landed; retrying it with the same
+        writer and sequence then finds it here instead of committing it twice.
+        """
+        assert self._known is not None
+        header = self._known.writers.get(writer_id)
+        return header if header is not None and batch_seq >= 0 and header.batch_seq >= batch_seq else None
+
     def append(self, build: Callable[[int, int], tuple[bytes, BatchHeader]], clock: Callable[[], int],
-               max_attempts: int = 10_000) -> BatchHeader:
-        """Commit a batch whose bytes depend only on its base offset and commit time (log tables)."""
+               max_attempts: int = 10_000, *, writer_id: str = "", batch_seq: int = -1) -> BatchHeader:
+        """Commit a batch whose bytes depend only on its base offset and commit time (log tables).
+
+        With a writer id and batch sequence the append is idempotent: a batch already committed is not added again.
+        """
         from fluss_lake.exceptions import CommitConflictError
 
         for _ in range(max_attempts):
             base = self.refresh()
+            done = self.committed(writer_id, batch_seq)
+            if done is not None:
+                return done
             data, header = build(base, self.next_commit_ts(clock()))
             if self.try_append(base, data, header):
                 return header

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -54,6 +55,9 @@ class AppendWriter:
         self._buffer: list[pl.DataFrame] = []
         self._buffered_rows = 0
         self._done = WriteResult()
+        self.writer_id = uuid.uuid4().hex
+        self._sequences: dict[int, int] = {}
+        self._pending: dict[int, tuple[pl.DataFrame, int]] = {}
 
     def append(self, data: Any) -> None:
         """Validate rows and buffer them; raises before buffering anything if they do not fit."""
@@ -89,28 +93,44 @@ class AppendWriter:
         return result
 
     def _send(self) -> WriteResult:
-        """Commit everything buffered: one batch per bucket; returns the offsets taken."""
+        """Commit the pending batches (one per bucket), then what is buffered; returns the offsets taken.
+
+        A batch keeps its sequence number until it is committed, so calling ``flush`` again after a retriable
+        error commits each batch exactly once, even if the failed attempt did reach the storage.
+        """
+        result = self._commit_pending()
         if not self._buffer:
-            return WriteResult()
+            return result
         frame = pl.concat(self._buffer, how="vertical") if len(self._buffer) > 1 else self._buffer[0]
         self._buffer = []
         self._buffered_rows = 0
+        for bucket, rows in split_by_bucket(frame, self._buckets(frame)).items():
+            self._pending[bucket] = (rows, self._sequences.get(bucket, 0))
+            self._sequences[bucket] = self._sequences.get(bucket, 0) + 1
+        return result.combine(self._commit_pending())
+
+    def _commit_pending(self) -> WriteResult:
+        """Commit every pending per-bucket batch, forgetting each once it is in the log."""
         info = self.table.info
         stats = _stats_columns(self.table)
         compression, level = self.table._compression()
         offsets: dict[int, tuple[int, int]] = {}
-        for bucket, rows in split_by_bucket(frame, self._buckets(frame)).items():
+        rows_sent = 0
+        for bucket, (rows, seq) in list(self._pending.items()):
             tablet = self.table.log_tablet(bucket)
 
-            def build(base: int, commit_ts: int, rows: pl.DataFrame = rows) -> tuple[bytes, BatchHeader]:
+            def build(base: int, commit_ts: int, rows: pl.DataFrame = rows, seq: int = seq) -> tuple[bytes, BatchHeader]:
                 data = encode_batch(rows=rows, base_offset=base, commit_ts=commit_ts, schema_id=info.schema.schema_id,
-                                    writer_id=self.table.writer_id, stats_columns=stats, compression=compression,
-                                    compression_level=level)
-                return data, BatchHeader(base, rows.height, commit_ts, info.schema.schema_id, self.table.writer_id)
+                                    writer_id=self.writer_id, batch_seq=seq, stats_columns=stats,
+                                    compression=compression, compression_level=level)
+                return data, BatchHeader(base, rows.height, commit_ts, info.schema.schema_id, self.writer_id,
+                                         batch_seq=seq)
 
-            header = tablet.append(build, self.table.connection.clock)
+            header = tablet.append(build, self.table.connection.clock, writer_id=self.writer_id, batch_seq=seq)
             offsets[bucket] = (header.base_offset, header.next_offset)
-        return WriteResult(frame.height, frame.height, offsets)
+            rows_sent += rows.height
+            del self._pending[bucket]
+        return WriteResult(rows_sent, rows_sent, offsets)
 
     def __enter__(self) -> "AppendWriter":
         return self

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,9 @@ class UpsertWriter:
         self._buffer: list[pl.DataFrame] = []
         self._buffered_rows = 0
         self._done = WriteResult()
+        self.writer_id = uuid.uuid4().hex
+        self._sequences: dict[int, int] = {}
+        self._pending: dict[int, tuple[pl.DataFrame, int]] = {}
 
     def upsert(self, data: Any) -> None:
         """Validate and buffer upserts (raises before buffering anything if they do not fit)."""
@@ -106,24 +110,38 @@ class UpsertWriter:
         return result
 
     def _send(self) -> WriteResult:
-        """Merge and commit the buffered batch, bucket by bucket; returns the offsets taken."""
+        """Merge and commit the pending per-bucket batches, then what is buffered; returns the offsets taken.
+
+        A batch keeps its sequence number until it is committed, so calling ``flush`` again after a retriable
+        error commits each batch exactly once, even if the failed attempt did reach the storage.
+        """
+        result = self._commit_pending()
         if not self._buffer:
-            return WriteResult()
+            return result
         frame = pl.concat(self._buffer, how="vertical") if len(self._buffer) > 1 else self._buffer[0]
         self._buffer = []
         self._buffered_rows = 0
         info = self.table.info
         buckets = assign_buckets([frame.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
                                  lake_format=info.options.get(opt.DATALAKE_FORMAT))
-        offsets: dict[int, tuple[int, int]] = {}
-        records = 0
         for bucket, rows in split_by_bucket(frame, buckets).items():
-            is_delete = rows.get_column(_OP).to_numpy()
-            header = self.table.kv_tablet(bucket).write(rows.drop(_OP), np.asarray(is_delete, dtype=bool),
-                                                        self.merger, self.image)
+            self._pending[bucket] = (rows, self._sequences.get(bucket, 0))
+            self._sequences[bucket] = self._sequences.get(bucket, 0) + 1
+        return result.combine(self._commit_pending())
+
+    def _commit_pending(self) -> WriteResult:
+        """Merge and commit every pending per-bucket batch, forgetting each once it is in the log."""
+        offsets: dict[int, tuple[int, int]] = {}
+        records = rows_sent = 0
+        for bucket, (rows, seq) in list(self._pending.items()):
+            is_delete = np.asarray(rows.get_column(_OP).to_numpy(), dtype=bool)
+            header = self.table.kv_tablet(bucket).write(rows.drop(_OP), is_delete, self.merger, self.image,
+                                                        writer_id=self.writer_id, batch_seq=seq)
             offsets[bucket] = (header.base_offset, header.next_offset)
             records += header.record_count
-        return WriteResult(frame.height, records, offsets)
+            rows_sent += rows.height
+            del self._pending[bucket]
+        return WriteResult(rows_sent, records, offsets)
 
     def __enter__(self) -> "UpsertWriter":
         return self
