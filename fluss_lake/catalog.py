@@ -140,8 +140,10 @@ class Connection:
             built = schema if isinstance(schema, Schema) else Schema.of(schema, primary_key=primary_key)
             descriptor = TableDescriptor(built, bucket_num, tuple(bucket_keys) if bucket_keys is not None else None,
                                          dict(options or {}), comment)
-        elif schema is not None or primary_key or bucket_num is not None or options:
-            raise InvalidConfigError("pass either a TableDescriptor or schema/options keywords, not both")
+        elif (schema is not None or primary_key or bucket_num is not None or bucket_keys is not None or options
+              or comment is not None):
+            raise InvalidConfigError("pass either a TableDescriptor or schema/primary_key/bucket_num/bucket_keys/"
+                                     "options/comment keywords, not both")
         self._require_database(path.database)
         descriptor = descriptor.validated()
         if self.default_lake_format and opt.DATALAKE_FORMAT not in descriptor.options:
@@ -153,7 +155,18 @@ class Connection:
             if ignore_if_exists:
                 return self.get_table_info(path)
             raise TableAlreadyExistError(f"table {path} exists already; pass ignore_if_exists=True or drop it first")
+        self.store.put_if_absent(self.table_marker(info), info.table_id.encode())
         return info
+
+    def table_marker(self, info: TableInfo) -> str:
+        """An object that exists exactly while this incarnation of the table does (checked before commits)."""
+        return f"{self.table_prefix(info)}/_table_id"
+
+    def check_table_alive(self, info: TableInfo) -> None:
+        """Raise TableNotExistError if the table was dropped (or dropped and created anew) since `info` was read."""
+        if not self.store.exists(self.table_marker(info)):
+            raise TableNotExistError(f"table {info.path} was dropped (or re-created) after this Table object was "
+                                     "opened; get_table() it again")
 
     default_lake_format: str | None = None
 

@@ -3,7 +3,7 @@
 Commits rely on one primitive, :meth:`ObjectStore.put_if_absent`: an atomic create that fails when the object
 exists. Local folders get it from ``link(2)`` of a fully written temp file (exclusive and never half-visible);
 S3 from a conditional put (``If-None-Match: *``) through s3fs. A put whose answer was lost and whose retry finds
-the object already there is recognised as our own by comparing bytes (every batch carries a unique writer id).
+the object already there is recognised as our own by a unique id sent with it as user metadata.
 Other fsspec backends are refused: their ``pipe_file(mode="create")`` is an exists-check followed by a write,
 which two writers can both pass.
 
@@ -194,6 +194,7 @@ _IN_PROCESS_LOCK = threading.Lock()
 _DEFAULT_CALL_TIMEOUT = 120.0
 _SECONDS_PER_MIB = 1.0
 _WRITES = ("create", "write", "delete")
+_PUT_ID = "fluss-lake-put-id"
 
 
 def _drop_expect_100_continue(request: Any, **_: Any) -> None:
@@ -288,22 +289,28 @@ class FsspecStore:
 
     # ------------------------------------------------------------ objects
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Conditional put; a conflict with our own earlier (unacknowledged) put counts as success."""
+        """Conditional put; True only if this call created the object.
+
+        Each call tags its PUT with a fresh id (user metadata). When a retry (s3fs/botocore retry after a lost
+        answer) meets an existing object, the id tells whether an earlier attempt of this very call created it,
+        even when another writer happened to write identical bytes.
+        """
         path = self._path(key)
 
         def create() -> bool:
+            if self._in_process:
+                with _IN_PROCESS_LOCK:
+                    if self.fs.exists(path):
+                        return False
+                    self.fs.pipe_file(path, data)
+                    return True
+            put_id = uuid.uuid4().hex
             try:
-                if self._in_process:
-                    with _IN_PROCESS_LOCK:
-                        if self.fs.exists(path):
-                            raise FileExistsError(path)
-                        self.fs.pipe_file(path, data)
-                else:
-                    self._run("pipe_file", path, data, mode="create", nbytes=len(data))
+                self._run("pipe_file", path, data, mode="create", Metadata={_PUT_ID: put_id}, nbytes=len(data))
                 return True
             except FileExistsError:
                 try:
-                    return bool(self._read(path) == data)
+                    return bool(self._run("metadata", path).get(_PUT_ID) == put_id)
                 except FileNotFoundError:
                     return False
         return self._call("create", key, create)

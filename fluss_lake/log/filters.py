@@ -36,7 +36,30 @@ def normalize_filters(filters: Filters | None, columns: Sequence[str]) -> list[l
                 raise InvalidConfigError(f"filter names unknown column {column!r}; the table has {list(columns)}")
             if op not in _OPS:
                 raise InvalidConfigError(f"filter operator {condition[1]!r} is not supported; use one of {list(_OPS)}")
-    return [[(c[0], str(c[1]).lower(), c[2] if len(c) == 3 else None) for c in g] for g in groups]
+    normalized = [[(c[0], str(c[1]).lower(), c[2] if len(c) == 3 else None) for c in g] for g in groups]
+    if isinstance(columns, pl.Schema):
+        for group in normalized:
+            for condition in group:
+                _check_value(columns, *condition)
+    return normalized
+
+
+def _check_value(schema: pl.Schema, column: str, op: str, value: Any) -> None:
+    """The value must suit the operator and compare with the column's type; say which column if not."""
+    from fluss_lake.metadata.types import fluss_type_name
+
+    if op in ("in", "not in") and not isinstance(value, list | tuple | set | frozenset):
+        raise InvalidConfigError(f"filter on {column!r}: '{op}' takes a list of values, not {value!r}")
+    if op == "between" and not (isinstance(value, list | tuple) and len(value) == 2):
+        raise InvalidConfigError(f"filter on {column!r}: 'between' takes two values (low, high), not {value!r}")
+    if op in ("is null", "is not null"):
+        return
+    try:
+        pl.DataFrame(schema={column: schema[column]}).filter(_condition_expr(column, op, value))
+    except Exception as exc:  # noqa: BLE001 - polars raises several error types for mismatched literals
+        raise InvalidConfigError(f"filter on {column!r} ({fluss_type_name(schema[column])}): value {value!r} cannot be "
+                                 f"compared with the column ({type(exc).__name__}); pass a value of the column's type"
+                                 ) from None
 
 
 def _condition_expr(column: str, op: str, value: Any) -> pl.Expr:

@@ -93,7 +93,7 @@ def scan_log(table: "Table", *, start_offsets: Mapping[int, int] | None = None,
             raise InvalidConfigError("pass start_offsets or start_timestamp, not both")
         start_offsets = {b: table.log_tablet(b).offset_for_timestamp(start_timestamp) for b in range(table.bucket_num)}
     columns = _check_columns(table, columns)
-    groups = normalize_filters(filters, table.schema.names)
+    groups = normalize_filters(filters, table.schema.polars_schema)
     needed = {c[0] for g in groups for c in g}
     for given in (start_offsets or {}, end_offsets or {}):
         for bucket in given:
@@ -158,7 +158,7 @@ class LogScanner:
     def __init__(self, table: "Table", *, columns: Sequence[str] | None = None, filters: Filters | None = None) -> None:
         self.table = table
         self.columns = _check_columns(table, columns)
-        self.groups = normalize_filters(filters, table.schema.names)
+        self.groups = normalize_filters(filters, table.schema.polars_schema)
         self.positions: dict[int, int] = {}
 
     def subscribe(self, bucket: int, offset: int) -> None:

@@ -56,6 +56,14 @@ class TableDescriptor:
     def validated(self) -> "TableDescriptor":
         """Check every Fluss rule and return the descriptor with normalized options and defaults filled in."""
         options = opt.normalize_options(self.options)
+        if self.bucket_num is not None and opt.BUCKET_NUM in options and int(options[opt.BUCKET_NUM]) != self.bucket_num:
+            raise InvalidConfigError(f"bucket_num={self.bucket_num} disagrees with option {opt.BUCKET_NUM}="
+                                     f"{options[opt.BUCKET_NUM]!r}; give the bucket count once")
+        if self.bucket_keys is not None and opt.BUCKET_KEY in options:
+            from_option = tuple(k.strip() for k in options[opt.BUCKET_KEY].split(",") if k.strip())
+            if from_option != tuple(self.bucket_keys):
+                raise InvalidConfigError(f"bucket_keys={list(self.bucket_keys)} disagrees with option {opt.BUCKET_KEY}="
+                                         f"{options[opt.BUCKET_KEY]!r}; give the bucket key once")
         schema, pk = self.schema, self.schema.primary_key
         names = set(schema.names)
         bucket_num = self.bucket_num if self.bucket_num is not None else int(options.get(opt.BUCKET_NUM, opt.DEFAULT_BUCKET_NUM))

@@ -115,6 +115,8 @@ class UpsertWriter:
         A batch keeps its sequence number until it is committed, so calling ``flush`` again after a retriable
         error commits each batch exactly once, even if the failed attempt did reach the storage.
         """
+        if self._pending or self._buffer:
+            self.table.connection.check_table_alive(self.table.info)
         result = self._commit_pending()
         if not self._buffer:
             return result

@@ -98,7 +98,13 @@ def _cast(series: pl.Series, target: pl.DataType) -> pl.Series:
                                   f"{series.dtype}; convert time zones explicitly (TIMESTAMP_LTZ takes UTC instants)")
     if src == dst or (src, dst) in _ALLOWED or src == "null" or (src == dst == str(target)):
         try:
-            return series.cast(target, strict=True)
+            cast = series.cast(target, strict=True)
+            if dst == "float" and src in ("float", "int"):  # float casts never fail: refuse new infinities
+                grew = cast.is_infinite() & ~series.cast(pl.Float64).is_infinite()
+                if bool(grew.any()):
+                    raise SchemaMismatchError(f"column {series.name!r}: values are too large for "
+                                              f"{fluss_type_name(target)}; use DOUBLE or smaller values")
+            return cast
         except Exception as exc:  # noqa: BLE001
             raise SchemaMismatchError(f"column {series.name!r}: values do not fit {fluss_type_name(target)} "
                                       f"({exc.__class__.__name__}); fix the values or the column type") from exc
