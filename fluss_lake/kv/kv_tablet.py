@@ -63,9 +63,10 @@ class KvTablet:
         self.snapshots_retained = snapshots_retained
         self.log = LogTablet(store, f"{table_prefix}/log/b{bucket:05d}", bucket)
         self.kv_prefix = f"{table_prefix}/kv/b{bucket:05d}"
-        shared = store.local_path(f"{self.kv_prefix}/segments")
-        self.local_segments = shared is not None
-        self.kv = KvStore(shared or os.path.join(local_dir, f"b{bucket:05d}"), schema, self.primary_key)
+        # Working segments are private to this process (local_dir); snapshots publish them to the store. On a
+        # local store the published segments live in a folder of the store and are mapped from there directly.
+        self.shared_dir = store.local_path(f"{self.kv_prefix}/segments")
+        self.kv = KvStore(os.path.join(local_dir, f"b{bucket:05d}"), schema, self.primary_key)
         self.applied = 0  # next log offset not yet applied to the state
         self.last_snapshot = -1
         self._restore()
@@ -89,8 +90,8 @@ class KvTablet:
 
     def _open_segment(self, name: str) -> Segment:
         """Map a snapshot segment (downloading it first from a remote store)."""
-        if self.local_segments:
-            return Segment.open(os.path.join(self.kv.directory, name))
+        if self.shared_dir is not None:
+            return Segment.open(os.path.join(self.shared_dir, name))
         path = os.path.join(self.kv.directory, name)
         if not os.path.exists(path):
             os.makedirs(self.kv.directory, exist_ok=True)
@@ -214,14 +215,7 @@ class KvTablet:
             return self.applied
         names = []
         for segment in self.kv.segments:
-            if not os.path.exists(segment.path):  # collected by another process: write it again from the mapping
-                from fluss_lake.kv.kv_store import write_segment
-                segment = write_segment(self.kv.directory, pl.from_arrow(segment.table))  # type: ignore[arg-type]
-            if not self.local_segments:
-                key = f"{self.kv_prefix}/segments/{segment.name}"
-                if not self.store.exists(key):
-                    with open(segment.path, "rb") as handle:
-                        self.store.put_if_absent(key, handle.read())
+            self._publish(segment)
             names.append(segment.name)
         manifest = {"offset": self.applied, "segments": names, "schema_id": self.schema_id,
                     "writer_id": self.writer_id, "created_ms": int(time.time() * 1000)}
@@ -232,18 +226,33 @@ class KvTablet:
         self._collect()
         return self.applied
 
-    def _collect_orphans(self, referenced: set[str]) -> None:
-        """Delete orphaned segment files of the shared (local-store) segment folder."""
-        if not self.local_segments:
+    def _publish(self, segment: Segment) -> None:
+        """Make a segment readable by other processes under its name (segments are immutable, names unique)."""
+        if self.shared_dir is None:
+            key = f"{self.kv_prefix}/segments/{segment.name}"
+            if not self.store.exists(key):
+                self.store.put_if_absent(key, _segment_bytes(segment))
             return
-        for path in _orphans(self.kv.directory, referenced, time.time()):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        target = os.path.join(self.shared_dir, segment.name)
+        if os.path.exists(target):
+            return
+        os.makedirs(self.shared_dir, exist_ok=True)
+        tmp = os.path.join(self.shared_dir, f".tmp-{segment.name}")
+        try:
+            os.link(segment.path, tmp)  # same file system: no copy
+        except OSError:
+            with open(tmp, "wb") as handle:
+                handle.write(_segment_bytes(segment))
+        os.utime(tmp)  # published now: the orphan grace period counts from here
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
 
     def _collect(self) -> None:
-        """Drop old manifests and segments this process retired that no retained manifest names."""
+        """Drop old manifests, retired private segments, and published segments no retained manifest names."""
         prefix = f"{self.kv_prefix}/snapshots"
         names = sorted(n for n in self.store.list(prefix) if n.endswith(_SNAPSHOT_SUFFIX))
         for old in names[: -self.snapshots_retained]:
@@ -254,19 +263,33 @@ class KvTablet:
                 referenced.update(json.loads(self.store.get(f"{prefix}/{name}"))["segments"])
             except FileNotFoundError:
                 pass
-        self._collect_orphans(referenced)
-        keep = []
         for segment in self.kv.retired:
-            if segment.name in referenced:
-                keep.append(segment)
-                continue
-            try:
-                os.unlink(segment.path)
-            except FileNotFoundError:
-                pass
-            if not self.local_segments:
+            if os.path.dirname(segment.path) == self.kv.directory:  # our private working copy
+                try:
+                    os.unlink(segment.path)
+                except FileNotFoundError:
+                    pass
+            if self.shared_dir is None and segment.name not in referenced:
                 self.store.delete(f"{self.kv_prefix}/segments/{segment.name}")
-        self.kv.retired = keep
+        self.kv.retired = []
+        if self.shared_dir is not None:
+            for path in _orphans(self.shared_dir, referenced, time.time()):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+
+
+def _segment_bytes(segment: Segment) -> bytes:
+    """A segment's file bytes, rewritten from its mapping if the file is gone."""
+    try:
+        with open(segment.path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_file(sink, segment.table.schema) as writer:
+            writer.write_table(segment.table, max_chunksize=max(segment.rows, 1))
+        return sink.getvalue().to_pybytes()
 
 
 _ORPHAN_GRACE_SECONDS = 600

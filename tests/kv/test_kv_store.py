@@ -129,7 +129,7 @@ def test_snapshot_collects_old_orphaned_segments_only(tmp_path) -> None:
 
     table = _table(tmp_path, snapshot_every=1)
     table.upsert([{"id": 1, "v": "a", "n": 1}])
-    directory = table.kv_tablet(0).kv.directory
+    directory = table.kv_tablet(0).shared_dir  # the store's folder of published segments
     old, fresh = os.path.join(directory, "seg-crashed-writer.arrow"), os.path.join(directory, "seg-other-process.arrow")
     for path in (old, fresh):
         with open(path, "wb") as handle:
@@ -140,5 +140,5 @@ def test_snapshot_collects_old_orphaned_segments_only(tmp_path) -> None:
     assert not os.path.exists(old)
     assert os.path.exists(fresh)
     live = {s.name for s in table.kv_tablet(0).kv.segments}
-    assert live <= set(os.listdir(directory))
+    assert live <= set(os.listdir(directory)), "the snapshot published every live segment"
     assert fl.connect(tmp_path).get_table("d.t").to_polars().height == 2
