@@ -246,8 +246,11 @@ class FsspecStore:
             self.fs.connect()
             client = self.fs._s3
         if client is not self._patched_client:
-            client.meta.events.register("before-send.s3", _drop_expect_100_continue,
-                                        unique_id="fluss-lake-no-expect-100-continue")
+            try:
+                client.meta.events.register("before-send.s3", _drop_expect_100_continue,
+                                            unique_id="fluss-lake-no-expect-100-continue")
+            except AttributeError:  # a client without botocore events: the call deadline still bounds a hang
+                pass
             self._patched_client = client
 
     def _run(self, method: str, *args: Any, nbytes: int = 0, **kwargs: Any) -> Any:
