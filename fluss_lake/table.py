@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from fluss_lake import options as opt
-from fluss_lake.exceptions import UnsupportedOperationError
+from fluss_lake.exceptions import FlussLakeError, UnsupportedOperationError
 from fluss_lake.kv.kv_tablet import KvTablet
 from fluss_lake.kv.merge import MergeSpec
 from fluss_lake.log.log_tablet import LogTablet
@@ -180,24 +180,28 @@ class Table:
         return UpsertWriter(self, target_columns=target_columns, merge_mode=merge_mode)
 
     def append(self, data: Any) -> "WriteResult":
-        """Append rows to a log table and wait until they are committed."""
+        """Append rows to a log table and wait until they are committed.
+
+        On a retriable error the exception carries the writer (``err.writer``); ``err.writer.flush()`` retries
+        exactly once, whereas calling ``append`` again may add the rows twice if the first attempt landed.
+        """
         writer = self.new_append()
         writer.append(data)
-        return writer.flush()
+        return _flush(writer)
 
     def upsert(self, data: Any, *, target_columns: Sequence[str] | None = None,
                merge_mode: str = "default") -> "WriteResult":
-        """Upsert rows into a primary-key table (one write batch) and wait until committed."""
+        """Upsert rows into a primary-key table (one write batch) and wait until committed (retry: see append)."""
         writer = self.new_upsert(target_columns=target_columns, merge_mode=merge_mode)
         writer.upsert(data)
-        return writer.flush()
+        return _flush(writer)
 
     def delete(self, keys: Any, *, target_columns: Sequence[str] | None = None,
                merge_mode: str = "default") -> "WriteResult":
-        """Delete rows by primary key (a partial delete with `target_columns`)."""
+        """Delete rows by primary key (a partial delete with `target_columns`; retry: see append)."""
         writer = self.new_upsert(target_columns=target_columns, merge_mode=merge_mode)
         writer.delete(keys)
-        return writer.flush()
+        return _flush(writer)
 
     # ------------------------------------------------------------ reads
     def new_scan(self, *, columns: Sequence[str] | None = None, filters: "Filters | None" = None) -> "LogScanner":
@@ -276,3 +280,13 @@ class Table:
         kind = "primary-key" if self.is_primary_key_table else "log"
         return f"<Table {self.path} ({kind}, {self.bucket_num} bucket(s))>"
 
+
+def _flush(writer: Any) -> "WriteResult":
+    """Flush a one-shot writer; a retriable failure hands the writer to the caller for an exactly-once retry."""
+    try:
+        return writer.flush()
+    except FlussLakeError as exc:
+        if exc.retriable:
+            exc.writer = writer  # type: ignore[attr-defined]
+            exc.add_note("retry exactly once with err.writer.flush(); calling the write again may apply it twice")
+        raise

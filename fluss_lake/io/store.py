@@ -40,6 +40,7 @@ class ObjectStore(Protocol):
     def delete(self, key: str) -> None: ...
     def delete_prefix(self, prefix: str) -> None: ...
     def local_path(self, key: str) -> str | None: ...
+    def collect_temp(self, prefix: str, older_than_s: float) -> int: ...
 
 
 _TMP_PREFIX = ".tmp-"
@@ -150,6 +151,25 @@ class LocalStore:
             os.unlink(self._path(key))
         except FileNotFoundError:
             pass
+
+    def collect_temp(self, prefix: str, older_than_s: float) -> int:
+        """Delete temp files a killed writer left under the folder `prefix`; returns how many."""
+        import time
+
+        folder, removed = self._path(prefix), 0
+        try:
+            names = [n for n in os.listdir(folder) if n.startswith(_TMP_PREFIX)]
+        except FileNotFoundError:
+            return 0
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                if time.time() - os.path.getmtime(path) > older_than_s:
+                    os.unlink(path)
+                    removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
 
     def delete_prefix(self, prefix: str) -> None:
         """Remove a whole folder."""
@@ -354,6 +374,10 @@ class FsspecStore:
             except FileNotFoundError:
                 pass
         self._call("delete", key, rm)
+
+    def collect_temp(self, prefix: str, older_than_s: float) -> int:
+        """Object stores commit whole objects: there are no temp files to collect."""
+        return 0
 
     def delete_prefix(self, prefix: str) -> None:
         """Remove everything under `prefix`."""

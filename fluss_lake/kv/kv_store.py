@@ -57,7 +57,16 @@ class Segment:
         return int(math.log(max(self.rows, 1) / _MIN_TIER_ROWS, _FANOUT)) if self.rows > _MIN_TIER_ROWS else 0
 
 
-def write_segment(directory: str, frame: pl.DataFrame) -> Segment:
+def _fsync(path: str) -> None:
+    """Flush a file's data to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_segment(directory: str, frame: pl.DataFrame, *, fsync: bool = False) -> Segment:
     """Write a frame (already holding hash and tombstone columns, sorted by hash) as a new segment."""
     os.makedirs(directory, exist_ok=True)
     name = f"seg-{uuid.uuid4().hex}.arrow"
@@ -66,6 +75,8 @@ def write_segment(directory: str, frame: pl.DataFrame) -> Segment:
     table = frame.to_arrow()
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))
+    if fsync:
+        _fsync(tmp)
     os.replace(tmp, path)
     return Segment.open(path)
 

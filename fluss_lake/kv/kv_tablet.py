@@ -79,8 +79,8 @@ class KvTablet:
             try:
                 manifest = json.loads(self.store.get(f"{self.kv_prefix}/snapshots/{name}"))
                 segments = [self._open_segment(seg) for seg in manifest["segments"]]
-            except FileNotFoundError:
-                continue  # a segment was collected meanwhile; try the previous snapshot
+            except (FileNotFoundError, pa.ArrowInvalid, ValueError, KeyError):
+                continue  # a segment was collected meanwhile or is damaged: try the previous snapshot
             self.kv.adopt(segments)
             self.applied = self.last_snapshot = int(manifest["offset"])
             break
@@ -243,6 +243,9 @@ class KvTablet:
         except OSError:
             with open(tmp, "wb") as handle:
                 handle.write(_segment_bytes(segment))
+        from fluss_lake.kv.kv_store import _fsync
+
+        _fsync(tmp)  # a manifest (fsynced) must never name a segment a power loss could truncate
         os.utime(tmp)  # published now: the orphan grace period counts from here
         try:
             os.link(tmp, target)

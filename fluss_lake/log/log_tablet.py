@@ -52,7 +52,8 @@ class LogTablet:
         return pa.memory_map(path) if path is not None else self.store.get(key)
 
     def _load(self) -> _Known:
-        """List the bucket once; afterwards only probe forward."""
+        """List the bucket once (collecting temp files of killed writers); afterwards only probe forward."""
+        self.store.collect_temp(self.prefix, older_than_s=3600)
         names = [n for n in self.store.list(self.prefix) if n.endswith(_SUFFIX)]
         bases = sorted(int(n[: -len(_SUFFIX)]) for n in names)
         if not bases:

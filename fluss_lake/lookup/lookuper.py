@@ -15,7 +15,7 @@ import polars as pl
 from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError, UnsupportedOperationError
 from fluss_lake.kv.key_index import index_hashes, prefix_ranges
-from fluss_lake.write.append_writer import split_by_bucket
+from fluss_lake.write.batching_writer import split_by_bucket
 from fluss_lake.write.bucket_assigner import assign_buckets
 from fluss_lake.write.validate import conform, to_frame
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,10 +12,10 @@ from fluss_lake import options as opt
 from fluss_lake.exceptions import DeletionDisabledError, UnsupportedOperationError
 from fluss_lake.kv.kv_tablet import ChangeImage
 from fluss_lake.kv.merge import create_row_merger
-from fluss_lake.write.append_writer import split_by_bucket
+from fluss_lake.log.log_batch import BatchHeader
+from fluss_lake.write.batching_writer import BatchingWriter
 from fluss_lake.write.bucket_assigner import assign_buckets
 from fluss_lake.write.validate import conform, to_frame
-from fluss_lake.write.write_result import WriteResult
 
 if TYPE_CHECKING:
     from fluss_lake.table import Table
@@ -26,7 +25,7 @@ __all__ = ["UpsertWriter"]
 _OP = "__is_delete"
 
 
-class UpsertWriter:
+class UpsertWriter(BatchingWriter):
     """Writes upserts and deletes of one kind (full rows, or a fixed set of target columns).
 
     All calls between two flushes form one write batch per bucket, merged in call order; once
@@ -50,8 +49,7 @@ class UpsertWriter:
         if not table.is_primary_key_table:
             raise UnsupportedOperationError(f"{table.path} is a log table; use new_append() (upserts and deletes "
                                             "need a primary key)")
-        self.table = table
-        self.buffer_rows = buffer_rows
+        super().__init__(table, buffer_rows=buffer_rows)
         spec = table.merge_spec
         self.target_columns = tuple(target_columns) if target_columns is not None else None
         self.merger = create_row_merger(spec, target_columns=self.target_columns, merge_mode=merge_mode)  # type: ignore[arg-type]
@@ -60,12 +58,6 @@ class UpsertWriter:
         self.partial = partial
         wal = table.info.options.get(opt.CHANGELOG_IMAGE, "full") == "wal"
         self.image = ChangeImage(wal=wal, inserts_as_updates=wal and spec.merge_engine is None and not partial)
-        self._buffer: list[pl.DataFrame] = []
-        self._buffered_rows = 0
-        self._done = WriteResult()
-        self.writer_id = uuid.uuid4().hex
-        self._sequences: dict[int, int] = {}
-        self._pending: dict[int, tuple[pl.DataFrame, int]] = {}
 
     def upsert(self, data: Any) -> None:
         """Validate and buffer upserts (raises before buffering anything if they do not fit)."""
@@ -96,58 +88,14 @@ class UpsertWriter:
         if frame.height:
             self._buffer_frame(frame.with_columns(pl.lit(True).alias(_OP)))
 
-    def _buffer_frame(self, frame: pl.DataFrame) -> None:
-        """Keep validated rows; send a batch once ``buffer_rows`` are waiting (the client's batch bound)."""
-        self._buffer.append(frame)
-        self._buffered_rows += frame.height
-        if self._buffered_rows >= self.buffer_rows:
-            self._done = self._done.combine(self._send())
-
-    def flush(self) -> WriteResult:
-        """Commit everything buffered; returns what this writer committed since the last flush."""
-        result = self._done.combine(self._send())
-        self._done = WriteResult()
-        return result
-
-    def _send(self) -> WriteResult:
-        """Merge and commit the pending per-bucket batches, then what is buffered; returns the offsets taken.
-
-        A batch keeps its sequence number until it is committed, so calling ``flush`` again after a retriable
-        error commits each batch exactly once, even if the failed attempt did reach the storage.
-        """
-        if self._pending or self._buffer:
-            self.table.connection.check_table_alive(self.table.info)
-        result = self._commit_pending()
-        if not self._buffer:
-            return result
-        frame = pl.concat(self._buffer, how="vertical") if len(self._buffer) > 1 else self._buffer[0]
-        self._buffer = []
-        self._buffered_rows = 0
+    def _buckets(self, frame: pl.DataFrame) -> np.ndarray:
+        """Bucket of every row: the hash of its bucket key."""
         info = self.table.info
-        buckets = assign_buckets([frame.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
-                                 lake_format=info.options.get(opt.DATALAKE_FORMAT))
-        for bucket, rows in split_by_bucket(frame, buckets).items():
-            self._pending[bucket] = (rows, self._sequences.get(bucket, 0))
-            self._sequences[bucket] = self._sequences.get(bucket, 0) + 1
-        return result.combine(self._commit_pending())
+        return assign_buckets([frame.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
+                              lake_format=info.options.get(opt.DATALAKE_FORMAT))
 
-    def _commit_pending(self) -> WriteResult:
-        """Merge and commit every pending per-bucket batch, forgetting each once it is in the log."""
-        offsets: dict[int, tuple[int, int]] = {}
-        records = rows_sent = 0
-        for bucket, (rows, seq) in list(self._pending.items()):
-            is_delete = np.asarray(rows.get_column(_OP).to_numpy(), dtype=bool)
-            header = self.table.kv_tablet(bucket).write(rows.drop(_OP), is_delete, self.merger, self.image,
-                                                        writer_id=self.writer_id, batch_seq=seq)
-            offsets[bucket] = (header.base_offset, header.next_offset)
-            records += header.record_count
-            rows_sent += rows.height
-            del self._pending[bucket]
-        return WriteResult(rows_sent, records, offsets)
-
-    def __enter__(self) -> "UpsertWriter":
-        return self
-
-    def __exit__(self, exc_type: object, *_: object) -> None:
-        if exc_type is None:
-            self.flush()
+    def _commit(self, bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
+        """Merge one bucket's batch against its state and commit the changelog."""
+        is_delete = np.asarray(rows.get_column(_OP).to_numpy(), dtype=bool)
+        return self.table.kv_tablet(bucket).write(rows.drop(_OP), is_delete, self.merger, self.image,
+                                                  writer_id=self.writer_id, batch_seq=seq)

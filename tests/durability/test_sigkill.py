@@ -122,3 +122,22 @@ def test_sigkilled_writer_loses_no_acknowledged_write(tmp_store, tmp_path, chang
     assert all(path.exists() for path in planted)
     print(f"{sum(map(len, runs))} acknowledged writes over 5 kills; {len(keys - acked)} unacknowledged batches "
           f"committed; {len(natural_leftovers)} temp files left by the kills")
+
+
+def test_old_temp_files_of_killed_writers_are_collected(tmp_path):
+    """A killed writer's half-written temp file is removed once it is an hour old; a fresh one is left alone."""
+    import os
+    import time
+
+    conn = fl.connect(tmp_path)
+    conn.create_database("d")
+    conn.create_table("d.t", schema={"a": "INT"})
+    conn.get_table("d.t").append([{"a": 1}])
+    folder = next(p for p in tmp_path.rglob("b00000") if p.parent.name == "log")
+    old, fresh = folder / ".tmp-killed", folder / ".tmp-in-flight"
+    old.write_bytes(b"half")
+    fresh.write_bytes(b"half")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    reopened = fl.connect(tmp_path).get_table("d.t")
+    assert reopened.to_polars().get_column("a").to_list() == [1]
+    assert not old.exists() and fresh.exists()
