@@ -32,7 +32,7 @@ _MIN_TIER_ROWS = 4096
 _MAX_SEGMENTS = 24
 
 
-@dataclass(slots=True)
+@dataclass
 class Segment:
     """One immutable, memory-mapped, hash-sorted segment."""
 
@@ -50,6 +50,14 @@ class Segment:
         hashes = table.column(HASH_COLUMN).combine_chunks().to_numpy(zero_copy_only=True) if table.num_rows else np.empty(0, np.uint64)
         tomb = table.column(TOMB_COLUMN).combine_chunks().to_numpy(zero_copy_only=False) if table.num_rows else np.empty(0, bool)
         return cls(os.path.basename(path), path, table, hashes, tomb, table.num_rows)
+
+    def columns(self) -> dict[str, pa.Array]:
+        """Each column as one Arrow array (cached), for point reads."""
+        cached = getattr(self, "_columns", None)
+        if cached is None:
+            cached = {name: self.table.column(name).combine_chunks() for name in self.table.column_names}
+            object.__setattr__(self, "_columns", cached)
+        return cached
 
     @property
     def tier(self) -> int:
@@ -100,6 +108,23 @@ class KvStore:
         if missing:
             frame = frame.with_columns(missing)
         return frame.select(self.schema.names())
+
+    def get_one(self, hash_value: int, key: dict) -> dict | None:
+        """The current row of one key (point lookup without vectorization overhead), or None."""
+        h = np.uint64(hash_value)
+        names = self.schema.names()
+        for segment in self.segments:
+            if segment.rows == 0:
+                continue
+            pos = int(segment.hashes.searchsorted(h))
+            while pos < segment.rows and segment.hashes[pos] == h:
+                columns = segment.columns()
+                if all(columns[k][pos].as_py() == v for k, v in key.items()):
+                    if segment.tomb[pos]:
+                        return None
+                    return {n: columns[n][pos].as_py() if n in columns else None for n in names}
+                pos += 1  # a different key with the same hash: look at the next entry
+        return None
 
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Newest segment and row holding each hash (-1 where none); tombstone hits are reported as found."""

@@ -15,6 +15,7 @@ import polars as pl
 from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError, UnsupportedOperationError
 from fluss_lake.kv.key_index import index_hashes, prefix_ranges
+from fluss_lake.lookup import point_key
 from fluss_lake.write.batching_writer import split_by_bucket
 from fluss_lake.write.bucket_assigner import assign_buckets
 from fluss_lake.write.validate import conform, to_frame
@@ -88,6 +89,38 @@ class Lookuper:
             order = np.argsort(np.concatenate(positions), kind="stable")
             out = stacked[order]
         return out if with_found else out.drop("_found")
+
+
+    def lookup_one(self, key: Any) -> dict | None:
+        """The current row of one primary key (a dict of key columns), or None: the low-latency path.
+
+        Examples
+        --------
+        >>> import tempfile, fluss_lake as fl
+        >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+        >>> _ = conn.create_table("d.u", schema={"id": "BIGINT", "name": "STRING"}, primary_key=["id"])
+        >>> users = conn.get_table("d.u"); _ = users.upsert([{"id": 1, "name": "ann"}])
+        >>> users.new_lookup().lookup_one({"id": 1}), users.new_lookup().lookup_one({"id": 2})
+        ({'id': 1, 'name': 'ann'}, None)
+        """
+        table = self.table
+        pk = table.schema.primary_key
+        if not isinstance(key, dict) or set(key) != set(pk):
+            raise InvalidConfigError(f"lookup_one takes a dict of exactly the primary-key columns {list(pk)}")
+        info = table.info
+        dtypes = table.merge_spec.dtypes
+        full = point_key.encode_key([key[c] for c in pk], [dtypes[c] for c in pk])
+        bucket_bytes = full if info.bucket_keys == pk else point_key.encode_key(
+            [key[c] for c in info.bucket_keys], [dtypes[c] for c in info.bucket_keys])
+        if full is None or bucket_bytes is None or info.options.get(opt.DATALAKE_FORMAT) == "iceberg":
+            row = self.lookup([key], with_found=True).row(0, named=True)  # other key types: vectorized path
+            return {k: v for k, v in row.items() if k != "_found"} if row["_found"] else None
+        bucket = point_key.fluss_bucket(bucket_bytes, info.bucket_num)
+        tablet = table.kv_tablet(bucket)
+        tablet.catch_up()
+        prefix = table.prefix_key
+        hash_value = point_key.index_hash(full, bucket_bytes if prefix else None)
+        return tablet.kv.get_one(hash_value, key)
 
 
 class PrefixLookuper:
