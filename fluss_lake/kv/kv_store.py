@@ -30,14 +30,18 @@ TOMB_COLUMN = "__tomb"
 _FANOUT = 4
 _MIN_TIER_ROWS = 4096
 _MAX_SEGMENTS = 24
+#: Recent after-images stay in memory (bounded, like RocksDB's memtable) until this many rows or batches
+#: gather; the changelog in the log is their durable copy, so a crash loses nothing.
+MEMTABLE_ROWS = 262_144
+MEMTABLE_BATCHES = 32
 
 
 @dataclass
 class Segment:
-    """One immutable, memory-mapped, hash-sorted segment."""
+    """One immutable, hash-sorted segment: memory-mapped from a file, or in memory (``path`` None)."""
 
     name: str
-    path: str
+    path: str | None
     table: pa.Table
     hashes: np.ndarray
     tomb: np.ndarray
@@ -50,6 +54,18 @@ class Segment:
         hashes = table.column(HASH_COLUMN).combine_chunks().to_numpy(zero_copy_only=True) if table.num_rows else np.empty(0, np.uint64)
         tomb = table.column(TOMB_COLUMN).combine_chunks().to_numpy(zero_copy_only=False) if table.num_rows else np.empty(0, bool)
         return cls(os.path.basename(path), path, table, hashes, tomb, table.num_rows)
+
+    @classmethod
+    def in_memory(cls, frame: pl.DataFrame) -> "Segment":
+        """A memtable segment from a frame holding hash and tombstone columns, sorted by hash."""
+        table = frame.to_arrow()
+        return cls(f"mem-{uuid.uuid4().hex}", None, table, frame.get_column(HASH_COLUMN).to_numpy(),
+                   frame.get_column(TOMB_COLUMN).to_numpy(), frame.height)
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether the segment is a file (memtable segments are not)."""
+        return self.path is not None
 
     def columns(self) -> dict[str, pa.Array]:
         """Each column as one Arrow array (cached), for point reads."""
@@ -259,7 +275,7 @@ class KvStore:
         for rank, segment in enumerate(self.segments):
             if not segment.rows:
                 continue
-            lazy = pl.scan_ipc(segment.path)
+            lazy = pl.scan_ipc(segment.path) if segment.path else pl.from_arrow(segment.table).lazy()
             present = set(segment.table.column_names)
             lazy = lazy.with_columns([pl.lit(None, dtype).alias(n) for n, dtype in self.schema.items() if n not in present])
             parts.append(lazy.select(*names, TOMB_COLUMN).with_columns(pl.lit(rank).alias("__rank")))
@@ -282,7 +298,25 @@ class KvStore:
         frame = rows.select(self.schema.names()).with_columns(
             pl.Series(HASH_COLUMN, hashes, dtype=pl.UInt64), pl.Series(TOMB_COLUMN, deleted, dtype=pl.Boolean))
         frame = frame.sort(HASH_COLUMN, maintain_order=True)
-        self.segments.insert(0, write_segment(self.directory, frame))
+        self.segments.insert(0, Segment.in_memory(frame))
+        memtable = self._memtable_size()
+        if memtable >= MEMTABLE_BATCHES or sum(s.rows for s in self.segments[:memtable]) >= MEMTABLE_ROWS:
+            self.flush_memtable()
+
+    def _memtable_size(self) -> int:
+        """How many of the newest segments are in memory."""
+        count = 0
+        for segment in self.segments:
+            if segment.on_disk:
+                break
+            count += 1
+        return count
+
+    def flush_memtable(self) -> None:
+        """Write the in-memory segments as one file segment, then compact the files."""
+        count = self._memtable_size()
+        if count:
+            self._merge(0, count)
         self._compact()
 
     def adopt(self, segments: list[Segment]) -> None:
@@ -298,13 +332,14 @@ class KvStore:
             self._merge(*run)
 
     def _find_run(self) -> tuple[int, int] | None:
-        """A contiguous run [i, j) of segments to merge, or None."""
-        tiers = [s.tier for s in self.segments]
+        """A contiguous run [i, j) of file segments to merge, or None (the memtable is left alone)."""
+        first = self._memtable_size()
+        tiers = [s.tier for s in self.segments[first:]]
         for i in range(len(tiers) - _FANOUT + 1):
             if len(set(tiers[i:i + _FANOUT])) == 1:
-                return i, i + _FANOUT
-        if len(self.segments) > _MAX_SEGMENTS:
-            return 0, len(self.segments) // 2 + 1
+                return first + i, first + i + _FANOUT
+        if len(tiers) > _MAX_SEGMENTS:
+            return first, first + len(tiers) // 2 + 1
         return None
 
     def _merge(self, i: int, j: int) -> None:

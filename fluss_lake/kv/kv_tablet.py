@@ -213,6 +213,7 @@ class KvTablet:
         """Persist the state as a manifest of immutable segments at the applied offset; returns that offset."""
         if self.applied == self.last_snapshot:
             return self.applied
+        self.kv.flush_memtable()  # a snapshot names files only
         names = []
         for segment in self.kv.segments:
             self._publish(segment)
@@ -267,7 +268,7 @@ class KvTablet:
             except FileNotFoundError:
                 pass
         for segment in self.kv.retired:
-            if os.path.dirname(segment.path) == self.kv.directory:  # our private working copy
+            if segment.path is not None and os.path.dirname(segment.path) == self.kv.directory:  # private copy
                 try:
                     os.unlink(segment.path)
                 except FileNotFoundError:
