@@ -302,6 +302,13 @@ class KvStore:
         memtable = self._memtable_size()
         if memtable >= MEMTABLE_BATCHES or sum(s.rows for s in self.segments[:memtable]) >= MEMTABLE_ROWS:
             self.flush_memtable()
+            return
+        while True:  # tiered merges inside the memtable keep the number of segments a lookup probes small
+            tiers = [s.tier for s in self.segments[:self._memtable_size()]]
+            run = next((i for i in range(len(tiers) - _FANOUT + 1) if len(set(tiers[i:i + _FANOUT])) == 1), None)
+            if run is None:
+                return
+            self._merge(run, run + _FANOUT, in_memory=True)
 
     def _memtable_size(self) -> int:
         """How many of the newest segments are in memory."""
@@ -342,7 +349,7 @@ class KvStore:
             return first, first + len(tiers) // 2 + 1
         return None
 
-    def _merge(self, i: int, j: int) -> None:
+    def _merge(self, i: int, j: int, *, in_memory: bool = False) -> None:
         """Merge segments [i, j) (newest first) into one; tombstones dropped when nothing older remains."""
         chosen = [s for s in self.segments[i:j] if s.rows]
         bottom = j == len(self.segments)
@@ -369,7 +376,7 @@ class KvStore:
             frame = self._conform(merged_table).with_columns(
                 pl.Series(HASH_COLUMN, hashes[selected], dtype=pl.UInt64),
                 pl.Series(TOMB_COLUMN, merged_table.column(TOMB_COLUMN).to_numpy(zero_copy_only=False), dtype=pl.Boolean))
-            segment = write_segment(self.directory, frame)
+            segment = Segment.in_memory(frame) if in_memory else write_segment(self.directory, frame)
             replacement = [segment]
         else:
             replacement = []
