@@ -26,7 +26,7 @@ import pyarrow as pa
 __all__ = ["KvStore", "Segment", "HASH_COLUMN", "TOMB_COLUMN"]
 
 HASH_COLUMN = "__hash"
-TOMB_COLUMN = "__tomb"
+TOMB_COLUMN = "__tomb"  # UInt8 on disk (1 = tombstone) so it maps to numpy without a copy
 _FANOUT = 4
 _MIN_TIER_ROWS = 4096
 _MAX_SEGMENTS = 24
@@ -51,8 +51,9 @@ class Segment:
     def open(cls, path: str) -> "Segment":
         """Map a segment file (zero-copy)."""
         table = pa.ipc.open_file(pa.memory_map(path)).read_all()
-        hashes = table.column(HASH_COLUMN).combine_chunks().to_numpy(zero_copy_only=True) if table.num_rows else np.empty(0, np.uint64)
-        tomb = table.column(TOMB_COLUMN).combine_chunks().to_numpy(zero_copy_only=False) if table.num_rows else np.empty(0, bool)
+        # Both index columns are read straight from the mapping: no per-row process memory.
+        hashes = _single_chunk(table.column(HASH_COLUMN)).to_numpy(zero_copy_only=True) if table.num_rows else np.empty(0, np.uint64)
+        tomb = _single_chunk(table.column(TOMB_COLUMN)).to_numpy(zero_copy_only=True).view(np.bool_) if table.num_rows else np.empty(0, bool)
         return cls(os.path.basename(path), path, table, hashes, tomb, table.num_rows)
 
     @classmethod
@@ -60,7 +61,7 @@ class Segment:
         """A memtable segment from a frame holding hash and tombstone columns, sorted by hash."""
         table = frame.to_arrow()
         return cls(f"mem-{uuid.uuid4().hex}", None, table, frame.get_column(HASH_COLUMN).to_numpy(),
-                   frame.get_column(TOMB_COLUMN).to_numpy(), frame.height)
+                   frame.get_column(TOMB_COLUMN).to_numpy().view(np.bool_), frame.height)
 
     @property
     def on_disk(self) -> bool:
@@ -71,7 +72,7 @@ class Segment:
         """Each column as one Arrow array (cached), for point reads."""
         cached = getattr(self, "_columns", None)
         if cached is None:
-            cached = {name: self.table.column(name).combine_chunks() for name in self.table.column_names}
+            cached = {name: _single_chunk(self.table.column(name)) for name in self.table.column_names}
             object.__setattr__(self, "_columns", cached)
         return cached
 
@@ -79,6 +80,11 @@ class Segment:
     def tier(self) -> int:
         """Size class: segments of one tier are merged together."""
         return int(math.log(max(self.rows, 1) / _MIN_TIER_ROWS, _FANOUT)) if self.rows > _MIN_TIER_ROWS else 0
+
+
+def _single_chunk(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array, without a copy when it already is one chunk (segments are written so)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
 def _fsync(path: str) -> None:
@@ -278,7 +284,7 @@ class KvStore:
             lazy = pl.scan_ipc(segment.path) if segment.path else pl.from_arrow(segment.table).lazy()
             present = set(segment.table.column_names)
             lazy = lazy.with_columns([pl.lit(None, dtype).alias(n) for n, dtype in self.schema.items() if n not in present])
-            parts.append(lazy.select(*names, TOMB_COLUMN).with_columns(pl.lit(rank).alias("__rank")))
+            parts.append(lazy.select(*names, pl.col(TOMB_COLUMN).cast(pl.Boolean)).with_columns(pl.lit(rank).alias("__rank")))
         if not parts:
             return pl.LazyFrame(schema=self.schema)
         if len(parts) == 1:
@@ -296,7 +302,7 @@ class KvStore:
         if rows.height == 0:
             return
         frame = rows.select(self.schema.names()).with_columns(
-            pl.Series(HASH_COLUMN, hashes, dtype=pl.UInt64), pl.Series(TOMB_COLUMN, deleted, dtype=pl.Boolean))
+            pl.Series(HASH_COLUMN, hashes, dtype=pl.UInt64), pl.Series(TOMB_COLUMN, deleted, dtype=pl.UInt8))
         frame = frame.sort(HASH_COLUMN, maintain_order=True)
         self.segments.insert(0, Segment.in_memory(frame))
         memtable = self._memtable_size()
@@ -375,7 +381,7 @@ class KvStore:
             merged_table = combined.take(pa.array(selected))
             frame = self._conform(merged_table).with_columns(
                 pl.Series(HASH_COLUMN, hashes[selected], dtype=pl.UInt64),
-                pl.Series(TOMB_COLUMN, merged_table.column(TOMB_COLUMN).to_numpy(zero_copy_only=False), dtype=pl.Boolean))
+                pl.Series(TOMB_COLUMN, merged_table.column(TOMB_COLUMN).to_numpy(zero_copy_only=False), dtype=pl.UInt8))
             segment = Segment.in_memory(frame) if in_memory else write_segment(self.directory, frame)
             replacement = [segment]
         else:
