@@ -22,6 +22,8 @@ from fluss_lake.metadata.schema import Schema
 from fluss_lake.metadata.table_path import TablePath
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from fluss_lake.catalog import Connection
     from fluss_lake.log.filters import Filters
     from fluss_lake.log.log_scanner import LogScanner
@@ -158,6 +160,18 @@ class Table:
         return {b: self.kv_tablet(b).snapshot() for b in range(self.bucket_num)}
 
     # ------------------------------------------------------------ writes
+    def buckets_of(self, frame: pl.DataFrame) -> "np.ndarray":
+        """Bucket of every row by its bucket key (all zero, without hashing, for a one-bucket table)."""
+        import numpy as np
+
+        from fluss_lake.write.bucket_assigner import assign_buckets
+
+        info = self.info
+        if info.bucket_num == 1:
+            return np.zeros(frame.height, dtype=np.int32)
+        return assign_buckets([frame.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
+                              lake_format=info.options.get(opt.DATALAKE_FORMAT), names=list(info.bucket_keys))
+
     def next_round_robin_bucket(self) -> int:
         """The next bucket for a key-less batch under ``client.writer.bucket.no-key-assigner=round_robin``."""
         if self._round_robin < 0:

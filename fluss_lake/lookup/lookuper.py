@@ -17,7 +17,6 @@ from fluss_lake.exceptions import InvalidConfigError, UnsupportedOperationError
 from fluss_lake.kv.key_index import index_hashes, prefix_ranges
 from fluss_lake.lookup import point_key
 from fluss_lake.write.batching_writer import split_by_bucket
-from fluss_lake.write.bucket_assigner import assign_buckets
 from fluss_lake.write.validate import conform, to_frame
 
 if TYPE_CHECKING:
@@ -37,9 +36,7 @@ def _key_frame(table: "Table", keys: Any, columns: Sequence[str]) -> pl.DataFram
 
 
 def _buckets(table: "Table", keys: pl.DataFrame) -> np.ndarray:
-    info = table.info
-    return assign_buckets([keys.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
-                          lake_format=info.options.get(opt.DATALAKE_FORMAT))
+    return table.buckets_of(keys)
 
 
 class Lookuper:
@@ -84,6 +81,8 @@ class Lookuper:
             positions.append(part.get_column("__pos").to_numpy())
         if not results:
             out = pl.DataFrame(schema={**table.schema.polars_schema, "_found": pl.Boolean})
+        elif len(results) == 1:  # one bucket: already in key order
+            out = results[0]
         else:
             stacked = pl.concat(results, how="vertical")
             order = np.argsort(np.concatenate(positions), kind="stable")
@@ -115,7 +114,7 @@ class Lookuper:
         if full is None or bucket_bytes is None or info.options.get(opt.DATALAKE_FORMAT) == "iceberg":
             row = self.lookup([key], with_found=True).row(0, named=True)  # other key types: vectorized path
             return {k: v for k, v in row.items() if k != "_found"} if row["_found"] else None
-        bucket = point_key.fluss_bucket(bucket_bytes, info.bucket_num)
+        bucket = point_key.fluss_bucket(bucket_bytes, info.bucket_num) if info.bucket_num > 1 else 0
         tablet = table.kv_tablet(bucket)
         tablet.catch_up()
         prefix = table.prefix_key

@@ -93,6 +93,12 @@ class TableDescriptor:
         if lake_format == "iceberg" and len(bucket_keys) > 1:
             raise InvalidConfigError(f"an Iceberg-format table buckets by exactly one column; set {opt.BUCKET_KEY} "
                                      f"to one of {list(bucket_keys)}")
+        if lake_format == "iceberg" and bucket_keys:
+            from fluss_lake._utils.key_encoding import encode_iceberg_key
+
+            key = bucket_keys[0]
+            empty = pl.Series(key, [], dtype=schema.column(key).dtype).to_arrow()
+            encode_iceberg_key(empty, name=key)  # raises InvalidConfigError for types Iceberg cannot bucket
         options = self._validate_pk_options(options) if pk else self._validate_log_options(options)
         options[opt.BUCKET_NUM] = str(bucket_num)
         if bucket_keys:

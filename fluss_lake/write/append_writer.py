@@ -12,7 +12,6 @@ from fluss_lake import options as opt
 from fluss_lake.exceptions import UnsupportedOperationError
 from fluss_lake.log.log_batch import BatchHeader, encode_batch
 from fluss_lake.write.batching_writer import BatchingWriter
-from fluss_lake.write.bucket_assigner import assign_buckets
 from fluss_lake.write.validate import conform, to_frame
 
 if TYPE_CHECKING:
@@ -54,8 +53,7 @@ class AppendWriter(BatchingWriter):
         """Bucket of every row: hash of the bucket key, else sticky or round-robin per batch."""
         info = self.table.info
         if info.bucket_keys:
-            return assign_buckets([frame.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
-                                  lake_format=info.options.get(opt.DATALAKE_FORMAT))
+            return self.table.buckets_of(frame)
         if info.options.get(opt.NO_KEY_ASSIGNER, "sticky") == "round_robin":
             bucket = self.table.next_round_robin_bucket()
             return np.full(frame.height, bucket, dtype=np.int32)

@@ -22,7 +22,7 @@ def split_by_bucket(frame: pl.DataFrame, buckets: np.ndarray) -> dict[int, pl.Da
     """Rows of each bucket, write order kept."""
     if frame.height == 0:
         return {}
-    if len(np.unique(buckets)) == 1:
+    if buckets.min() == buckets.max():
         return {int(buckets[0]): frame}
     parts = frame.with_columns(pl.Series("__bucket", buckets)).partition_by("__bucket", as_dict=True, maintain_order=True)
     return {int(key[0]): part.drop("__bucket") for key, part in parts.items()}

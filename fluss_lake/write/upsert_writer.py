@@ -14,7 +14,6 @@ from fluss_lake.kv.kv_tablet import ChangeImage
 from fluss_lake.kv.merge import create_row_merger
 from fluss_lake.log.log_batch import BatchHeader
 from fluss_lake.write.batching_writer import BatchingWriter
-from fluss_lake.write.bucket_assigner import assign_buckets
 from fluss_lake.write.validate import conform, to_frame
 
 if TYPE_CHECKING:
@@ -90,9 +89,7 @@ class UpsertWriter(BatchingWriter):
 
     def _buckets(self, frame: pl.DataFrame) -> np.ndarray:
         """Bucket of every row: the hash of its bucket key."""
-        info = self.table.info
-        return assign_buckets([frame.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
-                              lake_format=info.options.get(opt.DATALAKE_FORMAT))
+        return self.table.buckets_of(frame)
 
     def _commit(self, bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
         """Merge one bucket's batch against its state and commit the changelog."""
