@@ -6,6 +6,7 @@ It owns the per-bucket tablets of this process and delegates each job to its sta
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,7 @@ class Table:
         self._log_tablets: dict[int, LogTablet] = {}
         self._kv_tablets: dict[int, KvTablet] = {}
         self._round_robin = -1
+        self._open_lock = threading.Lock()
         self._reload(info)
 
     def _reload(self, info: TableInfo) -> None:
@@ -127,13 +129,21 @@ class Table:
         tablet = self._log_tablets.get(bucket)
         if tablet is None:
             prefix = f"{self.connection.table_prefix(self.info)}/log/b{bucket:05d}"
-            tablet = self._log_tablets[bucket] = LogTablet(self.connection.store, prefix, bucket)
+            tablet = self._log_tablets.setdefault(bucket, LogTablet(self.connection.store, prefix, bucket))
         return tablet
 
     def kv_tablet(self, bucket: int) -> KvTablet:
         """State + changelog of one bucket of a primary-key table (restored on first use)."""
         if not self.is_primary_key_table:
             raise UnsupportedOperationError(f"{self.path} is a log table; it has no primary-key state")
+        tablet = self._kv_tablets.get(bucket)
+        if tablet is None:
+            with self._open_lock:
+                return self._open_kv_tablet(bucket)
+        return tablet
+
+    def _open_kv_tablet(self, bucket: int) -> KvTablet:
+        """Create and restore a bucket's tablet once, even if threads race to open it."""
         tablet = self._kv_tablets.get(bucket)
         if tablet is None:
             compression, level = self._compression()
@@ -241,8 +251,9 @@ class Table:
         parts = []
         for bucket in range(self.bucket_num):
             tablet = self.kv_tablet(bucket)
-            tablet.catch_up()
-            parts.append(tablet.kv.scan())
+            with tablet.lock:
+                tablet.catch_up()
+                parts.append(tablet.kv.scan())
         frame = pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=self.schema.polars_schema)
         return frame.select(columns) if columns else frame
 
@@ -253,8 +264,9 @@ class Table:
         parts = []
         for bucket in range(self.bucket_num):
             tablet = self.kv_tablet(bucket)
-            tablet.catch_up()
-            parts.append(tablet.kv.scan_lazy())
+            with tablet.lock:
+                tablet.catch_up()
+                parts.append(tablet.kv.scan_lazy())
         lazy = pl.concat(parts, how="vertical")
         return lazy.select(columns) if columns else lazy
 

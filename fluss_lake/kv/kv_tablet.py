@@ -8,6 +8,7 @@ offset to replay) let a new process start from the latest snapshot and replay on
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -32,6 +33,15 @@ APPEND_ONLY, INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = 0, 1, 2, 3, 4
 _SNAPSHOT_SUFFIX = ".json"
 _REPLAY_CHUNK_ROWS = 2_000_000
 _SNAPSHOT_INTERVAL_SECONDS = 600
+
+
+def _locked(method: Callable) -> Callable:
+    """Run a tablet method under the bucket's lock (a Table may be shared by threads)."""
+    @functools.wraps(method)
+    def wrapper(self: "KvTablet", *args: object, **kwargs: object) -> object:
+        with self.lock:
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +72,7 @@ class KvTablet:
         self.snapshot_every = snapshot_every
         self.snapshots_retained = snapshots_retained
         self.log = LogTablet(store, f"{table_prefix}/log/b{bucket:05d}", bucket)
+        self.lock = self.log.lock  # one lock guards the bucket's log view and its state
         self.kv_prefix = f"{table_prefix}/kv/b{bucket:05d}"
         # Working segments are private to this process (local_dir); snapshots publish them to the store. On a
         # local store the published segments live in a folder of the store and are mapped from there directly.
@@ -102,6 +113,8 @@ class KvTablet:
             os.replace(tmp, path)
         return Segment.open(path)
 
+
+    @_locked
     def catch_up(self) -> int:
         """Apply changelog batches committed by anyone since our last look; returns the log end."""
         end = self.log.refresh()
@@ -135,6 +148,8 @@ class KvTablet:
         self.kv.apply(hashes, last.drop(CHANGE_TYPE_COLUMN), deleted)
 
     # ------------------------------------------------------------ writes
+
+    @_locked
     def write(self, batch: pl.DataFrame, is_delete: np.ndarray, merger: RowMerger, image: ChangeImage,
               max_attempts: int = 10_000, *, writer_id: str | None = None, batch_seq: int = -1) -> BatchHeader:
         """Merge `batch` (rows in write order) and commit its changelog; returns the committed batch header.
@@ -209,6 +224,8 @@ class KvTablet:
         if not hasattr(self, "_last_snapshot_time"):
             self._last_snapshot_time = now
         return now - self._last_snapshot_time >= _SNAPSHOT_INTERVAL_SECONDS
+
+    @_locked
     def snapshot(self) -> int:
         """Persist the state as a manifest of immutable segments at the applied offset; returns that offset."""
         if self.applied == self.last_snapshot:

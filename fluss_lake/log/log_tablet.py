@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -46,6 +47,7 @@ class LogTablet:
         self.bucket = bucket
         self.prefix = prefix
         self._known: _Known | None = None
+        self.lock = threading.RLock()  # one Table may be shared by threads
 
     def _open(self, key: str) -> pa.NativeFile | bytes:
         """A readable handle on a batch object (memory-mapped when local)."""
@@ -64,6 +66,10 @@ class LogTablet:
 
     def refresh(self) -> int:
         """Catch up with batches other writers committed; returns the log end offset."""
+        with self.lock:
+            return self._refresh()
+
+    def _refresh(self) -> int:
         if self._known is None:
             self._known = self._load()
         known = self._known
@@ -99,6 +105,10 @@ class LogTablet:
 
     def try_append(self, base_offset: int, data: bytes, header: BatchHeader) -> bool:
         """Commit `data` at `base_offset` if nobody else did; False means: refresh and recompute."""
+        with self.lock:
+            return self._try_append(base_offset, data, header)
+
+    def _try_append(self, base_offset: int, data: bytes, header: BatchHeader) -> bool:
         assert self._known is not None and base_offset == self._known.end
         if not self.store.put_if_absent(batch_key(self.prefix, base_offset), data):
             return False
@@ -126,6 +136,11 @@ class LogTablet:
         """
         from fluss_lake.exceptions import CommitConflictError
 
+        with self.lock:
+            return self._append(build, clock, max_attempts, writer_id, batch_seq, CommitConflictError)
+
+    def _append(self, build, clock, max_attempts, writer_id, batch_seq, conflict) -> BatchHeader:  # noqa: ANN001
+        """The body of :meth:`append`, under the lock."""
         for _ in range(max_attempts):
             base = self.refresh()
             done = self.committed(writer_id, batch_seq)
@@ -134,7 +149,7 @@ class LogTablet:
             data, header = build(base, self.next_commit_ts(clock()))
             if self.try_append(base, data, header):
                 return header
-        raise CommitConflictError(f"bucket {self.bucket}: lost the race for the log end {max_attempts} times; retry the write")
+        raise conflict(f"bucket {self.bucket}: lost the race for the log end {max_attempts} times; retry the write")
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int:
         """First offset whose batch was committed at or after `timestamp_ms` (the log end if none).

@@ -73,9 +73,11 @@ class Lookuper:
         indexed = frame.with_columns(pl.Series("__pos", np.arange(n)))
         for bucket, part in split_by_bucket(indexed, buckets).items():
             tablet = table.kv_tablet(bucket)
-            tablet.catch_up()
             keys_part = part.drop("__pos")
-            found, rows = tablet.kv.lookup(index_hashes(keys_part, pk, table.prefix_key), keys_part)
+            hashes = index_hashes(keys_part, pk, table.prefix_key)
+            with tablet.lock:
+                tablet.catch_up()
+                found, rows = tablet.kv.lookup(hashes, keys_part)
             rows = rows.with_columns([keys_part.get_column(k) for k in pk])
             results.append(rows.with_columns(pl.Series("_found", found)))
             positions.append(part.get_column("__pos").to_numpy())
@@ -116,10 +118,10 @@ class Lookuper:
             return {k: v for k, v in row.items() if k != "_found"} if row["_found"] else None
         bucket = point_key.fluss_bucket(bucket_bytes, info.bucket_num) if info.bucket_num > 1 else 0
         tablet = table.kv_tablet(bucket)
-        tablet.catch_up()
-        prefix = table.prefix_key
-        hash_value = point_key.index_hash(full, bucket_bytes if prefix else None)
-        return tablet.kv.get_one(hash_value, key)
+        hash_value = point_key.index_hash(full, bucket_bytes if table.prefix_key else None)
+        with tablet.lock:
+            tablet.catch_up()
+            return tablet.kv.get_one(hash_value, key)
 
 
 class PrefixLookuper:
@@ -147,10 +149,11 @@ class PrefixLookuper:
         parts = []
         for bucket, part in split_by_bucket(indexed, _buckets(table, frame)).items():
             tablet = table.kv_tablet(bucket)
-            tablet.catch_up()
             probe = part.drop("__pos")
             lo, hi = prefix_ranges(probe, self.prefix)
-            rows = tablet.kv.range_rows(lo, hi)
+            with tablet.lock:
+                tablet.catch_up()
+                rows = tablet.kv.range_rows(lo, hi)
             if rows.height == 0:
                 continue
             probe_pos = part.get_column("__pos").to_numpy()[rows.get_column("__probe").to_numpy()]
