@@ -126,10 +126,13 @@ class KvStore:
         """Segment rows as a frame with the current schema (columns added later are null)."""
         frame = pl.from_arrow(table)
         assert isinstance(frame, pl.DataFrame)
+        names = self.schema.names()
+        if frame.columns == names:  # the usual case: nothing to add or reorder
+            return frame
         missing = [pl.lit(None, dtype).alias(name) for name, dtype in self.schema.items() if name not in frame.columns]
         if missing:
             frame = frame.with_columns(missing)
-        return frame.select(self.schema.names())
+        return frame.select(names)
 
     def get_one(self, hash_value: int, key: dict) -> dict | None:
         """The current row of one key (point lookup without vectorization overhead), or None."""
@@ -400,6 +403,11 @@ class KvStore:
 
 def _keys_equal(rows: pl.DataFrame, keys: pl.DataFrame, primary_key: Sequence[str]) -> np.ndarray:
     """Row-wise equality of the key columns (nulls compare unequal)."""
+    if len(primary_key) == 1 and rows.schema[primary_key[0]].is_integer():  # common case, straight in numpy
+        left, right = rows.get_column(primary_key[0]), keys.get_column(primary_key[0])
+        equal = left.to_numpy(allow_copy=True) == right.to_numpy(allow_copy=True) if not left.has_nulls() else None
+        if equal is not None:
+            return np.asarray(equal, dtype=bool)
     checks = [(rows.get_column(k) == keys.get_column(k)).fill_null(False) for k in primary_key]
     result = checks[0]
     for check in checks[1:]:
