@@ -9,7 +9,7 @@ tablet turns that into ``+I / -U / +U / -D`` records at dense offsets (and appli
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
