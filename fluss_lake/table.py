@@ -165,6 +165,36 @@ class Table:
         """First retained offset of every bucket."""
         return {b: self.log_tablet(b).earliest_offset for b in range(self.bucket_num)}
 
+    def expire_log(self, *, now_ms: int | None = None) -> dict[int, int]:
+        """Apply ``table.log.ttl``: delete whole log batches older than the TTL; returns each bucket's earliest offset.
+
+        Primary-key tables snapshot their state first and keep every batch the snapshot does not cover, so
+        expiry never loses state (it bounds the changelog only, as in Fluss). Readers asking for an expired
+        offset get :class:`~fluss_lake.OffsetOutOfRangeError`. A non-positive TTL disables expiry.
+
+        Examples
+        --------
+        >>> import tempfile, fluss_lake as fl
+        >>> clock = [0]
+        >>> conn = fl.connect(tempfile.mkdtemp(), clock=lambda: clock[0]); conn.create_database("d")
+        >>> _ = conn.create_table("d.events", schema={"v": "INT"}, options={"table.log.ttl": "1 h"})
+        >>> events = conn.get_table("d.events")
+        >>> for v in range(3):
+        ...     clock[0] = v * 3_600_000; _ = events.append([{"v": v}])
+        >>> events.expire_log(now_ms=3 * 3_600_000), events.scan_log()["v"].to_list()
+        ({0: 2}, [2])
+        """
+        ttl = opt.parse_duration_ms(opt.LOG_TTL, self.info.options.get(opt.LOG_TTL, "7 d"))
+        earliest = {}
+        now = self.connection.clock() if now_ms is None else now_ms
+        for bucket in range(self.bucket_num):
+            if ttl <= 0:
+                earliest[bucket] = self.log_tablet(bucket).earliest_offset
+                continue
+            covered = self.kv_tablet(bucket).snapshot() if self.is_primary_key_table else None
+            earliest[bucket] = self.log_tablet(bucket).expire(now - ttl, covered_until=covered)
+        return earliest
+
     def snapshot(self) -> dict[int, int]:
         """Snapshot the state of every bucket now; returns the offset each snapshot replays from."""
         return {b: self.kv_tablet(b).snapshot() for b in range(self.bucket_num)}

@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from fluss_lake.exceptions import CommitConflictError
+from fluss_lake.exceptions import CommitConflictError, CorruptDataError
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.kv.key_index import index_hashes
 from fluss_lake.kv.kv_store import KvStore, Segment
@@ -97,6 +97,11 @@ class KvTablet:
             break
         else:
             self.applied = self.log.earliest_offset
+            if self.applied > 0:
+                raise CorruptDataError(
+                    f"bucket {self.bucket}: the log starts at offset {self.applied} (older batches expired) but no "
+                    "usable state snapshot covers them; the state cannot be rebuilt. Restore the snapshots folder "
+                    "or recreate the table")
         self.catch_up()
 
     def _open_segment(self, name: str) -> Segment:

@@ -93,10 +93,51 @@ class LogTablet:
 
     @property
     def earliest_offset(self) -> int:
-        """The first retained offset."""
-        self.refresh()
+        """The first retained offset (re-listed if another process expired the batches we knew)."""
+        with self.lock:
+            self.refresh()
+            assert self._known is not None
+            if self._known.bases and not self._exists(self._known.bases[0]):
+                self._relist()
+            return self._known.bases[0] if self._known.bases else self._known.end
+
+    def _exists(self, base: int) -> bool:
+        return self.store.exists(batch_key(self.prefix, base))
+
+    def _relist(self) -> None:
+        """Forget batches that are gone (expired by log retention in any process)."""
         assert self._known is not None
-        return self._known.bases[0] if self._known.bases else self._known.end
+        present = {int(n[: -len(_SUFFIX)]) for n in self.store.list(self.prefix) if n.endswith(_SUFFIX)}
+        self._known.bases = [b for b in self._known.bases if b in present]
+
+    def expire(self, cutoff_ms: int, *, covered_until: int | None = None) -> int:
+        """Delete whole batches committed before `cutoff_ms` (``table.log.ttl``); returns the earliest offset.
+
+        The newest batch always stays (it tells where the log ends). With `covered_until` (primary-key tables:
+        the offset a state snapshot replays from) a batch is kept unless all its records lie before it. No
+        delete records are written: expiry only shortens the log.
+        """
+        with self.lock:
+            self.refresh()
+            assert self._known is not None
+            bases = self._known.bases
+            removed = 0
+            for index, base in enumerate(bases[:-1]):
+                following = bases[index + 1]
+                if covered_until is not None and following > covered_until:
+                    break
+                key = batch_key(self.prefix, base)
+                try:
+                    header = decode_header(self._open(key))
+                except FileNotFoundError:  # expired by another process already
+                    removed += 1
+                    continue
+                if header.commit_ts >= cutoff_ms:  # commit times never decrease: the rest is younger
+                    break
+                self.store.delete(key)
+                removed += 1
+            del bases[:removed]
+            return bases[0] if bases else self._known.end
 
     def next_commit_ts(self, clock_ms: int) -> int:
         """A commit timestamp for the next batch: the clock, never earlier than the previous batch's."""
@@ -187,9 +228,15 @@ class LogTablet:
             if base >= stop:
                 break
             key = batch_key(self.prefix, base)
-            if header_filter is not None and not header_filter(decode_header(self._open(key))):
-                continue
-            batch = decode_batch(self._open(key), columns)
+            try:
+                if header_filter is not None and not header_filter(decode_header(self._open(key))):
+                    continue
+                batch = decode_batch(self._open(key), columns)
+            except FileNotFoundError:
+                with self.lock:
+                    self._relist()
+                raise OffsetOutOfRangeError(f"bucket {self.bucket}: offsets from {base} expired (table.log.ttl) "
+                                            f"while reading; start again from {self.earliest_offset} (earliest)") from None
             if base < start or base + batch.rows.num_rows > stop:
                 lo = max(start - base, 0)
                 hi = min(stop - base, batch.rows.num_rows)
