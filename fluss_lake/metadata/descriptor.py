@@ -99,6 +99,11 @@ class TableDescriptor:
             key = bucket_keys[0]
             empty = pl.Series(key, [], dtype=schema.column(key).dtype).to_arrow()
             encode_iceberg_key(empty, name=key)  # raises InvalidConfigError for types Iceberg cannot bucket
+        for key in options:
+            if key == "table.kv.ttl" or (key.startswith("table.auto-partition.") and key != "table.auto-partition.enabled") \
+                    or (key == "table.auto-partition.enabled" and options[key] == "true"):
+                raise InvalidConfigError(f"{key} needs partitioned tables / row TTL, which this version does not have "
+                                         "yet (they come with the partitions-and-TTL work); drop the option")
         options = self._validate_pk_options(options) if pk else self._validate_log_options(options)
         options[opt.BUCKET_NUM] = str(bucket_num)
         if bucket_keys:
