@@ -154,7 +154,8 @@ class Table:
                 primary_key=self.schema.primary_key, prefix_key=self.prefix_key,
                 local_dir=os.path.join(self.connection.local_dir, self.info.table_id), writer_id=self.writer_id,
                 clock=self.connection.clock, compression=compression, compression_level=level,
-                snapshot_every=self.connection.snapshot_every)
+                snapshot_every=self.connection.snapshot_every,
+                kv_ttl_ms=opt.parse_duration_ms("table.kv.ttl", self.info.options.get("table.kv.ttl", "0ms")))
         return tablet
 
     def end_offsets(self) -> dict[int, int]:
@@ -194,6 +195,15 @@ class Table:
             covered = self.kv_tablet(bucket).snapshot() if self.is_primary_key_table else None
             earliest[bucket] = self.log_tablet(bucket).expire(now - ttl, covered_until=covered)
         return earliest
+
+    def compact(self) -> None:
+        """Fully compact every bucket's state now (normally it happens as data arrives).
+
+        This is also when ``table.kv.ttl`` takes effect: rows not written for longer than the TTL disappear from
+        lookups and scans (no delete record is written to the changelog, as in Fluss).
+        """
+        for bucket in range(self.bucket_num):
+            self.kv_tablet(bucket).compact()
 
     def snapshot(self) -> dict[int, int]:
         """Snapshot the state of every bucket now; returns the offset each snapshot replays from."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +27,7 @@ __all__ = ["KvStore", "Segment", "HASH_COLUMN", "TOMB_COLUMN"]
 
 HASH_COLUMN = "__hash"
 TOMB_COLUMN = "__tomb"  # UInt8 on disk (1 = tombstone) so it maps to numpy without a copy
+TS_COLUMN = "__ts"  # Int64 commit time (epoch ms) of the after-image, for table.kv.ttl
 _FANOUT = 4
 _MIN_TIER_ROWS = 4096
 _MAX_SEGMENTS = 24
@@ -114,8 +115,11 @@ def write_segment(directory: str, frame: pl.DataFrame, *, fsync: bool = False) -
 class KvStore:
     """The current rows of one bucket, keyed by primary key."""
 
-    def __init__(self, directory: str, schema: pl.Schema, primary_key: Sequence[str]) -> None:
+    def __init__(self, directory: str, schema: pl.Schema, primary_key: Sequence[str], *, ttl_ms: int = 0,
+                 clock: Callable[[], int] | None = None) -> None:
         self.directory = directory
+        self.ttl_ms = ttl_ms  # table.kv.ttl: rows not written for this long are dropped when compaction reaches them
+        self.clock = clock
         self.schema = schema
         self.primary_key = tuple(primary_key)
         self.segments: list[Segment] = []  # newest first
@@ -300,12 +304,14 @@ class KvStore:
         return self.scan().height if len(self.segments) > 1 else int((~self.segments[0].tomb).sum()) if self.segments else 0
 
     # ---------------------------------------------------------------- writes
-    def apply(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray) -> None:
-        """Add after-images (one per key, `deleted` marks tombstones) as a new segment, then compact."""
+    def apply(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray, commit_ts: np.ndarray | int) -> None:
+        """Add after-images (one per key, `deleted` marks tombstones, committed at `commit_ts`) as a new segment."""
         if rows.height == 0:
             return
+        ts = np.broadcast_to(np.asarray(commit_ts, dtype=np.int64), (rows.height,))
         frame = rows.select(self.schema.names()).with_columns(
-            pl.Series(HASH_COLUMN, hashes, dtype=pl.UInt64), pl.Series(TOMB_COLUMN, deleted, dtype=pl.UInt8))
+            pl.Series(HASH_COLUMN, hashes, dtype=pl.UInt64), pl.Series(TOMB_COLUMN, deleted, dtype=pl.UInt8),
+            pl.Series(TS_COLUMN, ts, dtype=pl.Int64))
         frame = frame.sort(HASH_COLUMN, maintain_order=True)
         self.segments.insert(0, Segment.in_memory(frame))
         memtable = self._memtable_size()
@@ -364,7 +370,8 @@ class KvStore:
         bottom = j == len(self.segments)
         if chosen:
             names = [c for c in self.schema.names()]
-            tables = [s.table.select([c for c in (*names, TOMB_COLUMN) if c in s.table.column_names]) for s in chosen]
+            tables = [s.table.select([c for c in (*names, TOMB_COLUMN, TS_COLUMN) if c in s.table.column_names])
+                      for s in chosen]
             combined = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
             hashes = np.concatenate([s.hashes for s in chosen])
             order = np.argsort(hashes, kind="stable")  # stable: the newest version of a key comes first
@@ -378,19 +385,35 @@ class KvStore:
                 if not _keys_equal(later, earlier, self.primary_key).all():  # a hash collision: compare keys
                     keep = self._first_of_each_key(frame, order)
             selected = order[keep]
+            tomb_all = np.concatenate([s.tomb for s in chosen]).astype(np.uint8)
+            if self.ttl_ms > 0 and not in_memory and TS_COLUMN in combined.column_names and self.clock is not None:
+                # table.kv.ttl: an expired row becomes a tombstone (so no older version shows through) and is
+                # dropped with the other tombstones at the bottom; no delete record reaches the changelog.
+                ts_all = combined.column(TS_COLUMN).to_numpy(zero_copy_only=False)
+                expired = ~np.isnan(ts_all.astype(np.float64)) & (ts_all < self.clock() - self.ttl_ms)
+                tomb_all = tomb_all | expired.astype(np.uint8)
             if bottom:
-                tomb_all = np.concatenate([s.tomb for s in chosen])
-                selected = selected[~tomb_all[selected]]
+                selected = selected[tomb_all[selected] == 0]
             merged_table = combined.take(pa.array(selected))
+            ts_selected = (merged_table.column(TS_COLUMN) if TS_COLUMN in merged_table.column_names
+                           else pa.nulls(len(selected), pa.int64()))
             frame = self._conform(merged_table).with_columns(
                 pl.Series(HASH_COLUMN, hashes[selected], dtype=pl.UInt64),
-                pl.Series(TOMB_COLUMN, merged_table.column(TOMB_COLUMN).to_numpy(zero_copy_only=False), dtype=pl.UInt8))
+                pl.Series(TOMB_COLUMN, tomb_all[selected], dtype=pl.UInt8),
+                pl.Series(TS_COLUMN, ts_selected.to_numpy(zero_copy_only=False) if ts_selected.null_count == 0
+                          else pl.from_arrow(ts_selected), dtype=pl.Int64))
             segment = Segment.in_memory(frame) if in_memory else write_segment(self.directory, frame)
             replacement = [segment]
         else:
             replacement = []
         self.retired.extend(self.segments[i:j])
         self.segments[i:j] = replacement
+
+    def compact_all(self) -> None:
+        """Merge every segment into one (expired rows and tombstones dropped): a full compaction."""
+        self.flush_memtable()
+        if len(self.segments) > 1 or (self.ttl_ms > 0 and self.segments):
+            self._merge(0, len(self.segments))
 
     def _first_of_each_key(self, frame: pl.DataFrame, order: np.ndarray) -> np.ndarray:
         """Slow path for colliding hashes: keep the first (newest) row of each key in `order`."""

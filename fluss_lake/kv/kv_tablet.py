@@ -12,6 +12,7 @@ import functools
 import json
 import os
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ import pyarrow as pa
 from fluss_lake.exceptions import CommitConflictError, CorruptDataError
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.kv.key_index import index_hashes
-from fluss_lake.kv.kv_store import KvStore, Segment
+from fluss_lake.kv.kv_store import TS_COLUMN, KvStore, Segment
 from fluss_lake.kv.merge.row_merger import (EMIT_DELETE, EMIT_INSERT, EMIT_UPDATE, MergeRound, RowMerger)
 from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, encode_batch
 from fluss_lake.log.log_tablet import LogTablet
@@ -58,7 +59,7 @@ class KvTablet:
     def __init__(self, *, store: ObjectStore, table_prefix: str, bucket: int, schema: pl.Schema, schema_id: int,
                  primary_key: Sequence[str], prefix_key: Sequence[str], local_dir: str, writer_id: str,
                  clock: Callable[[], int], compression: str | None, compression_level: int | None,
-                 snapshot_every: int = 1_000_000, snapshots_retained: int = 2) -> None:
+                 snapshot_every: int = 1_000_000, snapshots_retained: int = 2, kv_ttl_ms: int = 0) -> None:
         self.store = store
         self.bucket = bucket
         self.schema = schema
@@ -77,7 +78,8 @@ class KvTablet:
         # Working segments are private to this process (local_dir); snapshots publish them to the store. On a
         # local store the published segments live in a folder of the store and are mapped from there directly.
         self.shared_dir = store.local_path(f"{self.kv_prefix}/segments")
-        self.kv = KvStore(os.path.join(local_dir, f"b{bucket:05d}"), schema, self.primary_key)
+        self.kv = KvStore(os.path.join(local_dir, f"b{bucket:05d}"), schema, self.primary_key, ttl_ms=kv_ttl_ms,
+                          clock=clock)
         self.applied = 0  # next log offset not yet applied to the state
         self.last_snapshot = -1
         self._restore()
@@ -127,7 +129,8 @@ class KvTablet:
             frames, rows = [], 0
             for batch in self.log.read(self.applied, end):
                 if batch.rows.num_rows:
-                    frames.append(self._conform(pl.from_arrow(batch.rows)))  # type: ignore[arg-type]
+                    frame = self._conform(pl.from_arrow(batch.rows))  # type: ignore[arg-type]
+                    frames.append(frame.with_columns(pl.lit(batch.header.commit_ts, pl.Int64).alias(TS_COLUMN)))
                     rows += batch.rows.num_rows
                 if rows >= _REPLAY_CHUNK_ROWS:
                     self._apply_changelog(pl.concat(frames, how="vertical_relaxed"))
@@ -150,7 +153,7 @@ class KvTablet:
         last = images.unique(subset=list(self.primary_key), keep="last", maintain_order=True)
         hashes = index_hashes(last, self.primary_key, self.prefix_key)
         deleted = (last.get_column(CHANGE_TYPE_COLUMN) == DELETE).to_numpy()
-        self.kv.apply(hashes, last.drop(CHANGE_TYPE_COLUMN), deleted)
+        self.kv.apply(hashes, last.drop(CHANGE_TYPE_COLUMN, TS_COLUMN), deleted, last.get_column(TS_COLUMN).to_numpy())
 
     # ------------------------------------------------------------ writes
 
@@ -176,7 +179,7 @@ class KvTablet:
                                 writer_id=writer_id, batch_seq=batch_seq, compression=self.compression,
                                 compression_level=self.compression_level)
             if self.log.try_append(base, data, header):
-                self.kv.apply(*final)
+                self.kv.apply(*final, commit_ts)
                 self.applied = header.next_offset
                 if self.applied - max(self.last_snapshot, 0) >= self.snapshot_every or self._snapshot_due():
                     self.snapshot()
@@ -222,6 +225,14 @@ class KvTablet:
         changelog = store[rows[order]].select(pl.Series(CHANGE_TYPE_COLUMN, types[order], dtype=pl.Int8), pl.all())
         return changelog, final
 
+    @_locked
+    def compact(self) -> None:
+        """Full compaction of the state (applies ``table.kv.ttl``); then a snapshot so other processes see it."""
+        self.catch_up()
+        self.kv.compact_all()
+        self.last_snapshot = -1  # force a new manifest even at the same offset
+        self.snapshot()
+
     # ------------------------------------------------------------ snapshots
     def _snapshot_due(self) -> bool:
         """Time-based trigger (Fluss's ``kv.snapshot.interval``, here 10 minutes since the last snapshot)."""
@@ -242,8 +253,8 @@ class KvTablet:
             names.append(segment.name)
         manifest = {"offset": self.applied, "segments": names, "schema_id": self.schema_id,
                     "writer_id": self.writer_id, "created_ms": int(time.time() * 1000)}
-        self.store.put_if_absent(f"{self.kv_prefix}/snapshots/{self.applied:020d}{_SNAPSHOT_SUFFIX}",
-                                 json.dumps(manifest).encode())
+        name = f"{self.applied:020d}-{manifest['created_ms']:013d}-{uuid.uuid4().hex[:8]}{_SNAPSHOT_SUFFIX}"
+        self.store.put_if_absent(f"{self.kv_prefix}/snapshots/{name}", json.dumps(manifest).encode())
         self.last_snapshot = self.applied
         self._last_snapshot_time = time.monotonic()
         self._collect()

@@ -100,10 +100,16 @@ class TableDescriptor:
             empty = pl.Series(key, [], dtype=schema.column(key).dtype).to_arrow()
             encode_iceberg_key(empty, name=key)  # raises InvalidConfigError for types Iceberg cannot bucket
         for key in options:
-            if key == "table.kv.ttl" or (key.startswith("table.auto-partition.") and key != "table.auto-partition.enabled") \
+            if (key.startswith("table.auto-partition.") and key != "table.auto-partition.enabled") \
                     or (key == "table.auto-partition.enabled" and options[key] == "true"):
-                raise InvalidConfigError(f"{key} needs partitioned tables / row TTL, which this version does not have "
-                                         "yet (they come with the partitions-and-TTL work); drop the option")
+                raise InvalidConfigError(f"{key} needs a partitioned table, which this version does not have yet; "
+                                         "drop the option")
+        if "table.kv.ttl" in options:
+            if not pk:
+                raise InvalidConfigError("table.kv.ttl expires primary-key rows; a log table uses table.log.ttl")
+            if opt.parse_duration_ms("table.kv.ttl", options["table.kv.ttl"]) <= 0:
+                raise InvalidConfigError("table.kv.ttl must be a positive duration such as '7 d'; leave it unset to "
+                                         "keep rows forever")
         options = self._validate_pk_options(options) if pk else self._validate_log_options(options)
         options[opt.BUCKET_NUM] = str(bucket_num)
         if bucket_keys:
