@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Table"]
 
+_EXPIRY_CHECK_MS = 600_000
+
 
 class Table:
     """A log table or primary-key table.
@@ -56,6 +58,7 @@ class Table:
         self._log_tablets: dict[int, LogTablet] = {}
         self._kv_tablets: dict[int, KvTablet] = {}
         self._round_robin = -1
+        self._last_expiry_ms = -_EXPIRY_CHECK_MS
         self._open_lock = threading.Lock()
         self._reload(info)
 
@@ -165,6 +168,16 @@ class Table:
     def earliest_offsets(self) -> dict[int, int]:
         """First retained offset of every bucket."""
         return {b: self.log_tablet(b).earliest_offset for b in range(self.bucket_num)}
+
+    def maybe_expire_log(self) -> None:
+        """Apply ``table.log.ttl`` if it is set and this process last did so over ten minutes ago (writers call
+        this after each flush, so retention needs no separate service)."""
+        if opt.LOG_TTL not in self.info.options:
+            return
+        now = self.connection.clock()
+        if now - self._last_expiry_ms >= _EXPIRY_CHECK_MS:
+            self._last_expiry_ms = now
+            self.expire_log(now_ms=now)
 
     def expire_log(self, *, now_ms: int | None = None) -> dict[int, int]:
         """Apply ``table.log.ttl``: delete whole log batches older than the TTL; returns each bucket's earliest offset.

@@ -64,6 +64,8 @@ class BatchingWriter:
         """
         result = self._done.combine(self._send())
         self._done = WriteResult()
+        if result.offsets:
+            self.table.maybe_expire_log()
         return result
 
     def _send(self) -> WriteResult:

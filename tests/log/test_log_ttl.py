@@ -41,13 +41,15 @@ def test_log_table_expiry(tmp_path) -> None:
 def test_expiry_of_another_process_is_seen_by_a_reader_that_knew_the_old_batches(tmp_path) -> None:
     clock = [0]
     conn = _connect(tmp_path, clock)
-    conn.create_table("d.events", schema={"v": "INT"}, options={"table.log.ttl": "1 h"})
+    conn.create_table("d.events", schema={"v": "INT"})  # no TTL while writing: nothing expires yet
     writer = conn.get_table("d.events")
     for hour in range(3):
         clock[0] = hour * HOUR
         writer.append([{"v": hour}])
     reader = fl.connect(tmp_path).get_table("d.events")
     assert reader.scan_log().height == 3  # the reader now knows batches 0, 1, 2
+    conn.alter_table("d.events", set_options={"table.log.ttl": "1 h"})
+    writer = conn.get_table("d.events")
     writer.expire_log(now_ms=3 * HOUR)
     assert reader.earliest_offsets() == {0: 2}
     with pytest.raises(fl.OffsetOutOfRangeError):
@@ -100,3 +102,15 @@ def test_retention_option_is_alterable(tmp_path) -> None:
     assert events.expire_log(now_ms=3 * HOUR) == {0: 0}  # default 7 days
     conn.alter_table("d.events", set_options={"table.log.ttl": "1 h"})
     assert conn.get_table("d.events").expire_log(now_ms=3 * HOUR) == {0: 1}
+
+
+def test_writers_apply_retention_without_a_separate_service(tmp_path) -> None:
+    clock = [0]
+    conn = _connect(tmp_path, clock)
+    conn.create_table("d.events", schema={"v": "INT"}, options={"table.log.ttl": "1 h"})
+    events = conn.get_table("d.events")
+    for hour in range(3):  # each flush checks retention at most every ten minutes of the table clock
+        clock[0] = hour * HOUR
+        events.append([{"v": hour}])
+    assert events.earliest_offsets() == {0: 1}  # the flush at hour 2 expired hour 0's batch (older than 1 h)
+    assert events.scan_log().get_column("v").to_list() == [1, 2]
