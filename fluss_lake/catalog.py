@@ -247,7 +247,10 @@ def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[st
     url
         Local folder or fsspec URL; defaults to ``$FLUSS_LAKE_URL`` or ``./fluss-lake-data``.
     storage_options
-        Passed to fsspec (for S3: ``key``, ``secret``, ``endpoint_url``, ``client_kwargs``...).
+        Passed to fsspec (for S3: ``key``, ``secret``, ``endpoint_url``, ``client_kwargs``...), except
+        ``call_timeout``: seconds one storage call may take (default 120, plus one second per MiB sent) before it
+        fails with the retriable :class:`~fluss_lake.StorageUnavailableError`. Raise it for large state
+        segments on slow links.
     local_dir
         Where primary-key state segments of a remote store are cached (default: a temporary folder).
     clock
