@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from fluss_lake.exceptions import StorageError, StorageUnavailableError
+from fluss_lake.io.files import fsync_dir, unlink_quietly
 
 __all__ = ["ObjectStore", "LocalStore", "FsspecStore", "open_store"]
 
@@ -46,25 +47,6 @@ class ObjectStore(Protocol):
 _TMP_PREFIX = ".tmp-"
 
 
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-
-
-def _fsync_dir(directory: str) -> None:
-    """Make a new directory entry durable (best effort where folders cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class LocalStore:
@@ -89,31 +71,32 @@ class LocalStore:
         fails if it exists) and the folder is fsynced, so an acknowledged create survives a crash and a
         reader never sees a partial object.
         """
-        path = self._path(key)
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = self._write_temp(directory, data)
+        path, directory, tmp = self._stage(key, data)
         try:
             os.link(tmp, path)
         except FileExistsError:
             return False
         finally:
-            _unlink_quietly(tmp)
-        _fsync_dir(directory)
+            unlink_quietly(tmp)
+        fsync_dir(directory)
         return True
 
-    def put(self, key: str, data: bytes) -> None:
-        """Create or replace `key` atomically (rename of a complete, fsynced temp file)."""
+    def _stage(self, key: str, data: bytes) -> tuple[str, str, str]:
+        """Final path, its folder, and a complete fsynced temp file holding `data` beside it."""
         path = self._path(key)
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
-        tmp = self._write_temp(directory, data)
+        return path, directory, self._write_temp(directory, data)
+
+    def put(self, key: str, data: bytes) -> None:
+        """Create or replace `key` atomically (rename of a complete, fsynced temp file)."""
+        path, directory, tmp = self._stage(key, data)
         try:
             os.replace(tmp, path)
         except BaseException:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             raise
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
     @staticmethod
     def _write_temp(directory: str, data: bytes) -> str:
@@ -125,7 +108,7 @@ class LocalStore:
                 handle.flush()
                 os.fsync(handle.fileno())
         except BaseException:
-            _unlink_quietly(tmp)
+            unlink_quietly(tmp)
             raise
         return tmp
 
@@ -147,10 +130,7 @@ class LocalStore:
 
     def delete(self, key: str) -> None:
         """Remove an object if present."""
-        try:
-            os.unlink(self._path(key))
-        except FileNotFoundError:
-            pass
+        unlink_quietly(self._path(key))
 
     def collect_temp(self, prefix: str, older_than_s: float) -> int:
         """Delete temp files a killed writer left under the folder `prefix`; returns how many."""

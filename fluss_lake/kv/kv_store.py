@@ -23,6 +23,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from fluss_lake.io.files import fsync_file
+
 __all__ = ["KvStore", "Segment", "HASH_COLUMN", "TOMB_COLUMN"]
 
 HASH_COLUMN = "__hash"
@@ -88,15 +90,6 @@ def _single_chunk(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
-def _fsync(path: str) -> None:
-    """Flush a file's data to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_segment(directory: str, frame: pl.DataFrame, *, fsync: bool = False) -> Segment:
     """Write a frame (already holding hash and tombstone columns, sorted by hash) as a new segment."""
     os.makedirs(directory, exist_ok=True)
@@ -107,7 +100,7 @@ def write_segment(directory: str, frame: pl.DataFrame, *, fsync: bool = False) -
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))
     if fsync:
-        _fsync(tmp)
+        fsync_file(tmp)
     os.replace(tmp, path)
     return Segment.open(path)
 

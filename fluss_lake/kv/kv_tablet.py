@@ -21,6 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from fluss_lake.exceptions import CommitConflictError, CorruptDataError
+from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.kv.key_index import index_hashes
 from fluss_lake.kv.kv_store import TS_COLUMN, KvStore, Segment
@@ -277,16 +278,14 @@ class KvTablet:
         except OSError:
             with open(tmp, "wb") as handle:
                 handle.write(_segment_bytes(segment))
-        from fluss_lake.kv.kv_store import _fsync
-
-        _fsync(tmp)  # a manifest (fsynced) must never name a segment a power loss could truncate
+        fsync_file(tmp)  # a manifest (fsynced) must never name a segment a power loss could truncate
         os.utime(tmp)  # published now: the orphan grace period counts from here
         try:
             os.link(tmp, target)
         except FileExistsError:
             pass
         finally:
-            os.unlink(tmp)
+            unlink_quietly(tmp)
 
     def _collect(self) -> None:
         """Drop old manifests, retired private segments, and published segments no retained manifest names."""
@@ -302,19 +301,13 @@ class KvTablet:
                 pass
         for segment in self.kv.retired:
             if segment.path is not None and os.path.dirname(segment.path) == self.kv.directory:  # private copy
-                try:
-                    os.unlink(segment.path)
-                except FileNotFoundError:
-                    pass
+                unlink_quietly(segment.path)
             if self.shared_dir is None and segment.name not in referenced:
                 self.store.delete(f"{self.kv_prefix}/segments/{segment.name}")
         self.kv.retired = []
         if self.shared_dir is not None:
             for path in _orphans(self.shared_dir, referenced, time.time()):
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+                unlink_quietly(path)
 
 
 def _segment_bytes(segment: Segment) -> bytes:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import polars as pl
 
-from fluss_lake.exceptions import DeletionDisabledError
+from fluss_lake.exceptions import DeletionDisabledError, InvalidConfigError
 from fluss_lake.kv.merge.row_merger import (
     EMIT_DELETE,
     EMIT_INSERT,
@@ -87,6 +87,15 @@ def finish_round(
         after_exists=out.get_column("__after_exists").alias("after_exists"),
         emit=out.get_column("__emit").alias("emit"),
     )
+
+
+def refuse_delete_allow(engine: str, behavior: str) -> None:
+    """first_row and versioned keep or replace whole rows by their own rule, so Fluss refuses deletes 'allow'."""
+    if behavior.lower() == "allow":
+        raise InvalidConfigError(
+            f"The {engine} merge engine does not support table.delete.behavior='allow'; "
+            f"set it to 'ignore' (the default for {engine}) or 'disable'."
+        )
 
 
 def reject_disabled_deletes(batch: MergeRound, behavior: DeleteBehavior) -> None:

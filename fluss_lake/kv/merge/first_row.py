@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.kv.merge.default import (
     EXISTS,
     UPSERT,
@@ -12,6 +11,7 @@ from fluss_lake.kv.merge.default import (
     finish_round,
     new,
     old,
+    refuse_delete_allow,
     reject_disabled_deletes,
     round_frame,
 )
@@ -41,11 +41,7 @@ class FirstRowMerger:
     """
 
     def __init__(self, spec: MergeSpec) -> None:
-        if spec.delete_behavior == "allow":
-            raise InvalidConfigError(
-                "The first_row merge engine does not support table.delete.behavior='allow'; "
-                "set it to 'ignore' (the default for first_row) or 'disable'."
-            )
+        refuse_delete_allow("first_row", spec.delete_behavior)
         self._spec = spec
 
     def merge(self, batch: MergeRound) -> MergeOutcome:

@@ -9,7 +9,7 @@ from typing import Literal, cast
 from fluss_lake.exceptions import InvalidConfigError, InvalidPartialUpdateError, UnsupportedMergeEngineError
 from fluss_lake.kv.merge.aggregation import AggregationMerger
 from fluss_lake.kv.merge.aggregators import validate_aggregation
-from fluss_lake.kv.merge.default import LastRowMerger
+from fluss_lake.kv.merge.default import LastRowMerger, refuse_delete_allow
 from fluss_lake.kv.merge.first_row import FirstRowMerger
 from fluss_lake.kv.merge.row_merger import DeleteBehavior, MergeEngineName, MergeMode, MergeSpec, RowMerger
 from fluss_lake.kv.merge.versioned import VersionedMerger, check_version_column
@@ -73,11 +73,8 @@ def check_delete_behavior(engine: str | None, behavior: str) -> None:
         raise InvalidConfigError(
             f"Invalid table.delete.behavior={behavior!r}; choose one of {', '.join(_DELETE_BEHAVIORS)}."
         )
-    if name in _FULL_ROW_ONLY and value == "allow":
-        raise InvalidConfigError(
-            f"The {name} merge engine does not support table.delete.behavior='allow'; "
-            "set it to 'ignore' (the default) or 'disable'."
-        )
+    if name in _FULL_ROW_ONLY:
+        refuse_delete_allow(name, value)
 
 
 def _check_aggregations(spec: MergeSpec, engine: str | None) -> None:

@@ -12,6 +12,7 @@ from fluss_lake.kv.merge.default import (
     finish_round,
     new,
     old,
+    refuse_delete_allow,
     reject_disabled_deletes,
     round_frame,
 )
@@ -85,11 +86,7 @@ class VersionedMerger:
     """
 
     def __init__(self, spec: MergeSpec) -> None:
-        if spec.delete_behavior == "allow":
-            raise InvalidConfigError(
-                "The versioned merge engine does not support table.delete.behavior='allow'; "
-                "set it to 'ignore' (the default for versioned) or 'disable'."
-            )
+        refuse_delete_allow("versioned", spec.delete_behavior)
         self._spec = spec
         self._version = check_version_column(spec)
 
