@@ -7,6 +7,7 @@ import random
 import sys
 import tempfile
 import time
+from importlib.metadata import entry_points
 
 import polars as pl
 
@@ -77,17 +78,26 @@ def demo(path: str | None, rows: int) -> int:
     return 0 if same else 1
 
 
+COMMAND_GROUP = "fluss_lake.commands"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``fluss-lake`` console script."""
+    """Entry point of the ``fluss-lake`` console script.
+
+    Packages built on the core (``tiering``, ``assets``) add sub-commands through the entry-point group
+    ``fluss_lake.commands``: each entry is a callable ``register(subparsers)`` that adds a parser and sets
+    ``func`` (taking the parsed arguments, returning an exit code). The core never imports them.
+    """
     parser = argparse.ArgumentParser(prog="fluss-lake", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("demo", help="create tables, write, merge, look up and read changelogs back")
     run.add_argument("--path", help="store folder or URL (default: a new temporary folder)")
     run.add_argument("--rows", type=int, default=10_000, help="click rows to append")
+    run.set_defaults(func=lambda args: demo(args.path, args.rows))
+    for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
+        entry.load()(sub)
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        return demo(args.path, args.rows)
-    return 2
+    return int(args.func(args))
 
 
 if __name__ == "__main__":
