@@ -18,10 +18,12 @@ from typing import Any
 
 from fluss_lake import options as opt
 from fluss_lake.exceptions import (DatabaseAlreadyExistError, DatabaseNotEmptyError, DatabaseNotExistError,
-                                   InvalidAlterError, InvalidConfigError, TableAlreadyExistError,
-                                   TableNotExistError)
+                                   InvalidAlterError, InvalidConfigError, InvalidPartitionError,
+                                   PartitionAlreadyExistError, PartitionNotExistError, TableAlreadyExistError,
+                                   TableNotExistError, TooManyPartitionsError, UnsupportedOperationError)
 from fluss_lake.io.store import ObjectStore, open_store
 from fluss_lake.metadata.descriptor import TableDescriptor, TableInfo
+from fluss_lake.metadata.partition import PartitionInfo, spec_of
 from fluss_lake.metadata.schema import Schema
 from fluss_lake.metadata.table_path import TablePath, check_name
 from fluss_lake.metadata.types import DataTypeLike
@@ -32,6 +34,7 @@ DEFAULT_URL_ENV = "FLUSS_LAKE_URL"
 _DEFAULT_DIR = "fluss-lake-data"
 _DB_MARKER = "_database.json"
 _META = "_meta"
+_PARTITIONS = "_partitions"
 
 
 def _system_clock() -> int:
@@ -52,8 +55,11 @@ class Connection:
     """
 
     def __init__(self, store: ObjectStore, *, local_dir: str | None = None, clock: Callable[[], int] | None = None,
-                 snapshot_every: int = 1_000_000) -> None:
+                 snapshot_every: int = 1_000_000, dynamic_partition_creation: bool = True,
+                 max_partition_num: int = 1000) -> None:
         self.store = store
+        self.dynamic_partition_creation = dynamic_partition_creation
+        self.max_partition_num = max_partition_num
         self.clock = clock or _system_clock
         self.snapshot_every = snapshot_every
         if local_dir is None:
@@ -121,7 +127,7 @@ class Connection:
                      schema: Schema | Mapping[str, DataTypeLike] | None = None, primary_key: Sequence[str] = (),
                      bucket_num: int | None = None, bucket_keys: Sequence[str] | None = None,
                      options: Mapping[str, object] | None = None, comment: str | None = None,
-                     ignore_if_exists: bool = False) -> TableInfo:
+                     partition_keys: Sequence[str] = (), ignore_if_exists: bool = False) -> TableInfo:
         """Create a table from a descriptor, or from `schema` + keyword options.
 
         Examples
@@ -139,11 +145,11 @@ class Connection:
                 raise InvalidConfigError("create_table needs a TableDescriptor or a schema")
             built = schema if isinstance(schema, Schema) else Schema.of(schema, primary_key=primary_key)
             descriptor = TableDescriptor(built, bucket_num, tuple(bucket_keys) if bucket_keys is not None else None,
-                                         dict(options or {}), comment)
+                                         dict(options or {}), comment, tuple(partition_keys))
         elif (schema is not None or primary_key or bucket_num is not None or bucket_keys is not None or options
-              or comment is not None):
+              or comment is not None or partition_keys):
             raise InvalidConfigError("pass either a TableDescriptor or schema/primary_key/bucket_num/bucket_keys/"
-                                     "options/comment keywords, not both")
+                                     "options/comment/partition_keys keywords, not both")
         self._require_database(path.database)
         descriptor = descriptor.validated()
         if self.default_lake_format and opt.DATALAKE_FORMAT not in descriptor.options:
@@ -236,10 +242,111 @@ class Connection:
         """Where a table's log and state live in the store."""
         return f"{info.path.database}/{info.path.table}/data-{info.table_id}"
 
+    # ------------------------------------------------------------ partitions
+    def partition_prefix(self, info: TableInfo, partition: PartitionInfo) -> str:
+        """Where one partition's log and state live (a fresh id per creation, so a re-created name starts empty)."""
+        return f"{self.table_prefix(info)}/part-{partition.partition_id}"
+
+    def partition_marker(self, info: TableInfo, partition: PartitionInfo) -> str:
+        """An object that exists exactly while this incarnation of the partition does."""
+        return f"{self.partition_prefix(info, partition)}/_partition_id"
+
+    def _partition_key(self, info: TableInfo, name: str) -> str:
+        return f"{self.table_prefix(info)}/{_PARTITIONS}/{name}.json"
+
+    @staticmethod
+    def _require_partitioned(info: TableInfo) -> None:
+        if not info.partition_keys:
+            raise UnsupportedOperationError(f"table {info.path} is not partitioned; partitions need partition_keys "
+                                            "at creation")
+
+    def _get_or_none(self, key: str) -> bytes | None:
+        try:
+            return self.store.get(key)
+        except FileNotFoundError:
+            return None
+
+    def list_partitions(self, path: str | TablePath) -> list[PartitionInfo]:
+        """The partitions of a partitioned table, by name."""
+        info = self.get_table_info(path)
+        self._require_partitioned(info)
+        names = sorted(n[: -len(".json")] for n in self.store.list(f"{self.table_prefix(info)}/{_PARTITIONS}")
+                       if n.endswith(".json"))
+        found = []
+        for name in names:
+            body = self._get_or_none(self._partition_key(info, name))
+            if body is not None:
+                found.append(PartitionInfo.from_json(json.loads(body)))
+        return found
+
+    def get_partition(self, path: str | TablePath, spec: str | Mapping[str, object]) -> PartitionInfo:
+        """One partition by name (``"eu$20241111"``) or spec (``{"region": "eu", "day": "20241111"}``)."""
+        info = self.get_table_info(path)
+        self._require_partitioned(info)
+        name = "$".join(spec_of(info.partition_keys, spec).values())
+        body = self._get_or_none(self._partition_key(info, name))
+        if body is None:
+            raise PartitionNotExistError(f"partition {name!r} of {info.path} does not exist; create_partition() it or "
+                                         "write rows with those values (dynamic creation)")
+        return PartitionInfo.from_json(json.loads(body))
+
+    def create_partition(self, path: str | TablePath, spec: str | Mapping[str, object], *,
+                         ignore_if_exists: bool = False, _now_ms: int | None = None) -> PartitionInfo:
+        """Create a partition (Fluss's ``ALTER TABLE ... ADD PARTITION``); rejects values past auto-partition retention."""
+        from fluss_lake.metadata.auto_partition import AutoPartitionStrategy
+
+        info = self.get_table_info(path)
+        self._require_partitioned(info)
+        resolved = spec_of(info.partition_keys, spec)
+        now = self.clock() if _now_ms is None else _now_ms
+        partition = PartitionInfo.new(info.partition_keys, resolved, created_ms=now)
+        strategy = AutoPartitionStrategy.from_options(info.options, info.partition_keys,
+                                                      {c.name: c.dtype for c in info.schema.columns})
+        if strategy is not None and strategy.enabled and strategy.is_expired(resolved[strategy.key], now):
+            raise InvalidPartitionError(f"partition {partition.name!r} of {info.path} is past the auto-partition "
+                                        f"retention (values below {strategy.cutoff(now)!r} are dropped); it cannot be "
+                                        "created")
+        existing = self._get_or_none(self._partition_key(info, partition.name))
+        if existing is None and len(self.store.list(f"{self.table_prefix(info)}/{_PARTITIONS}")) >= self.max_partition_num:
+            raise TooManyPartitionsError(f"{info.path} has {self.max_partition_num} partitions already "
+                                         "(max_partition_num); drop old ones or raise the limit in connect()")
+        if existing is None:
+            self.store.put(self.partition_marker(info, partition), partition.partition_id.encode())
+            if self.store.put_if_absent(self._partition_key(info, partition.name), json.dumps(partition.to_json()).encode()):
+                return partition
+            self.store.delete_prefix(self.partition_prefix(info, partition))  # another process won the race
+        if ignore_if_exists:
+            return self.get_partition(path, partition.name)
+        raise PartitionAlreadyExistError(f"partition {partition.name!r} of {info.path} exists already; pass "
+                                         "ignore_if_exists=True to reuse it")
+
+    def drop_partition(self, path: str | TablePath, spec: str | Mapping[str, object], *,
+                       ignore_if_not_exists: bool = False) -> None:
+        """Drop a partition with its log and state; no delete records are written (Fluss's DROP PARTITION)."""
+        info = self.get_table_info(path)
+        try:
+            partition = self.get_partition(path, spec)
+        except PartitionNotExistError:
+            if ignore_if_not_exists:
+                return
+            raise
+        self.store.delete(self._partition_key(info, partition.name))
+        self.store.delete_prefix(self.partition_prefix(info, partition))
+        cached = self._tables.get(info.table_id)
+        if cached is not None:
+            cached._forget_partition(partition.name)
+
+    def check_partition_alive(self, info: TableInfo, partition: PartitionInfo) -> None:
+        """Raise PartitionNotExistError if the partition was dropped since `partition` was read."""
+        if not self.store.exists(self.partition_marker(info, partition)):
+            raise PartitionNotExistError(f"partition {partition.name!r} of {info.path} was dropped after it was "
+                                         "opened; write again to create it anew")
+
 
 def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[str, Any] | None = None,
             local_dir: str | None = None, clock: Callable[[], int] | None = None,
-            datalake_format: str | None = None, snapshot_every: int = 1_000_000) -> Connection:
+            datalake_format: str | None = None, snapshot_every: int = 1_000_000,
+            dynamic_partition_creation: bool = True, max_partition_num: int = 1000) -> Connection:
     """Open a store: a local folder by default, or ``s3://bucket/prefix`` with fsspec storage options.
 
     Parameters
@@ -261,6 +368,11 @@ def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[st
         Take a state snapshot of a bucket once this many log offsets were applied since its last one (a new
         process restores the snapshot and replays at most about this many records). Also see
         :meth:`~fluss_lake.table.Table.snapshot`.
+    dynamic_partition_creation
+        Create missing partitions when rows for them are written (Fluss's
+        ``client.writer.dynamic-create-partition.enabled``); when off such a write fails and changes nothing.
+    max_partition_num
+        Most partitions a table may have (Fluss's ``max.partition.num``).
 
     Examples
     --------
@@ -272,6 +384,7 @@ def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[st
     if datalake_format not in (None, "iceberg", "lance"):
         raise InvalidConfigError(f"datalake_format={datalake_format!r}: use 'iceberg' or None")
     connection = Connection(open_store(target, storage_options), local_dir=local_dir, clock=clock,
-                            snapshot_every=snapshot_every)
+                            snapshot_every=snapshot_every, dynamic_partition_creation=dynamic_partition_creation,
+                            max_partition_num=max_partition_num)
     connection.default_lake_format = datalake_format
     return connection

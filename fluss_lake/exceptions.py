@@ -25,6 +25,10 @@ __all__ = [
     "DatabaseNotEmptyError",
     "TableNotExistError",
     "TableAlreadyExistError",
+    "InvalidPartitionError",
+    "PartitionNotExistError",
+    "PartitionAlreadyExistError",
+    "TooManyPartitionsError",
     "OffsetOutOfRangeError",
     "CommitConflictError",
     "StorageError",
@@ -97,6 +101,22 @@ class TableNotExistError(FlussLakeError, LookupError):
 
 class TableAlreadyExistError(FlussLakeError):
     """The table exists already."""
+
+
+class InvalidPartitionError(FlussLakeError, ValueError):
+    """A partition value or spec that Fluss would reject (null, bad characters, expired, wrong keys)."""
+
+
+class PartitionNotExistError(FlussLakeError, LookupError):
+    """The partition does not exist (and dynamic partition creation is off for this write)."""
+
+
+class PartitionAlreadyExistError(FlussLakeError):
+    """The partition exists already."""
+
+
+class TooManyPartitionsError(FlussLakeError):
+    """Creating the partition would exceed the table's partition limit (``max.partition.num``)."""
 
 
 class OffsetOutOfRangeError(FlussLakeError, IndexError):

@@ -39,6 +39,22 @@ def _buckets(table: "Table", keys: pl.DataFrame) -> np.ndarray:
     return table.buckets_of(keys)
 
 
+def _by_partition(table: "Table", keys: pl.DataFrame) -> list[tuple["Table | None", pl.DataFrame, np.ndarray]]:
+    """Key rows grouped by partition (work per distinct partition): the partition's handle (None if it does not
+    exist), its keys, and their positions in `keys`."""
+    from fluss_lake.metadata.partition import partition_name, value_string
+
+    dtypes = table.merge_spec.dtypes
+    part_keys = list(table.partition_keys)
+    existing = table._existing_partitions()
+    indexed = keys.with_columns(pl.Series("__pos", np.arange(keys.height)))
+    groups = []
+    for values, part in indexed.partition_by(part_keys, as_dict=True, maintain_order=True).items():
+        name = partition_name([value_string(v, dtypes[k]) for k, v in zip(part_keys, values)])
+        groups.append((existing.get(name), part.drop("__pos"), part.get_column("__pos").to_numpy()))
+    return groups
+
+
 class Lookuper:
     """Look up current rows by full primary key, many keys per call.
 
@@ -66,6 +82,8 @@ class Lookuper:
         table = self.table
         pk = table.schema.primary_key
         frame = _key_frame(table, keys, pk)
+        if table._is_partitioned_parent():
+            return self._lookup_partitioned(frame, with_found)
         n = frame.height
         results: list[pl.DataFrame] = []
         positions: list[np.ndarray] = []
@@ -91,6 +109,24 @@ class Lookuper:
             out = stacked[order]
         return out if with_found else out.drop("_found")
 
+    def _lookup_partitioned(self, frame: pl.DataFrame, with_found: bool) -> pl.DataFrame:
+        """Keys of a partitioned table: each partition's keys looked up in that partition, then put back in order."""
+        table = self.table
+        results, positions = [], []
+        for handle, keys, pos in _by_partition(table, frame):
+            if handle is None:  # the partition does not exist: no key of it is present
+                rows = keys.with_columns([pl.lit(None, dtype=dt).alias(c) for c, dt in table.schema.polars_schema.items()
+                                          if c not in keys.columns]).select(table.schema.names)
+                rows = rows.with_columns(pl.lit(False).alias("_found"))
+            else:
+                rows = handle.new_lookup().lookup(keys, with_found=True)
+            results.append(rows)
+            positions.append(pos)
+        if not results:
+            out = pl.DataFrame(schema={**table.schema.polars_schema, "_found": pl.Boolean})
+        else:
+            out = pl.concat(results, how="vertical")[np.argsort(np.concatenate(positions), kind="stable")]
+        return out if with_found else out.drop("_found")
 
     def lookup_one(self, key: Any) -> dict | None:
         """The current row of one primary key (a dict of key columns), or None: the low-latency path.
@@ -110,6 +146,12 @@ class Lookuper:
             raise InvalidConfigError(f"lookup_one takes a dict of exactly the primary-key columns {list(pk)}")
         info = table.info
         dtypes = table.merge_spec.dtypes
+        if table._is_partitioned_parent():
+            from fluss_lake.metadata.partition import partition_name, value_string
+
+            name = partition_name([value_string(key[c], dtypes[c]) for c in table.partition_keys])
+            handle = table._existing_partitions().get(name) if name not in table._partitions else table._partitions[name]
+            return None if handle is None else handle.new_lookup().lookup_one(key)
         full = point_key.encode_key([key[c] for c in pk], [dtypes[c] for c in pk])
         bucket_bytes = full if info.bucket_keys == pk else point_key.encode_key(
             [key[c] for c in info.bucket_keys], [dtypes[c] for c in info.bucket_keys])
@@ -131,20 +173,33 @@ class PrefixLookuper:
         if not table.is_primary_key_table:
             raise UnsupportedOperationError(f"{table.path} is a log table; prefix lookups need a primary key")
         prefix = table.prefix_key
+        wanted = (*table.partition_keys, *prefix) if table._is_partitioned_parent() else prefix
         if not prefix:
             raise UnsupportedOperationError(
                 f"{table.path}: prefix lookup needs a bucket key that is a strict leading prefix of the primary key "
                 f"{list(table.schema.primary_key)} (bucket key is {list(table.info.bucket_keys)}); use lookup() "
                 "for full keys")
-        if columns is not None and tuple(columns) != prefix:
-            raise InvalidConfigError(f"prefix lookup columns must equal the bucket key {list(prefix)}, in order")
+        if columns is not None and tuple(columns) != wanted:
+            raise InvalidConfigError(f"prefix lookup columns must be {list(wanted)}, in order (the partition keys, "
+                                     "then the bucket key)" if table.partition_keys else
+                                     f"prefix lookup columns must equal the bucket key {list(prefix)}, in order")
         self.table = table
         self.prefix = prefix
+        self.columns = wanted
 
     def lookup(self, keys: Any) -> pl.DataFrame:
         """All rows whose prefix equals one of `keys`, grouped in key order (a ``_key_index`` column says which)."""
         table = self.table
-        frame = _key_frame(table, keys, self.prefix)
+        frame = _key_frame(table, keys, self.columns)
+        if table._is_partitioned_parent():
+            parts = []
+            for handle, part_keys, pos in _by_partition(table, frame):
+                if handle is not None:
+                    rows = handle.new_prefix_lookup().lookup(part_keys.select(self.prefix))
+                    parts.append(rows.with_columns(pl.Series("_key_index", pos)[rows.get_column("_key_index")]))
+            if not parts:
+                return pl.DataFrame(schema={**table.schema.polars_schema, "_key_index": pl.Int64})
+            return pl.concat(parts, how="vertical").sort("_key_index", maintain_order=True)
         indexed = frame.with_columns(pl.Series("__pos", np.arange(frame.height)))
         parts = []
         for bucket, part in split_by_bucket(indexed, _buckets(table, frame)).items():

@@ -39,19 +39,29 @@ class TableDescriptor:
     bucket_keys: tuple[str, ...] | None = None
     options: Mapping[str, str] = field(default_factory=dict)
     comment: str | None = None
+    partition_keys: tuple[str, ...] = ()
 
     @property
     def is_primary_key_table(self) -> bool:
         """Whether the table has a primary key (upserts, deletes, changelog) rather than append-only rows."""
         return bool(self.schema.primary_key)
 
+    @property
+    def is_partitioned(self) -> bool:
+        """Whether rows are split into partitions by the values of `partition_keys`."""
+        return bool(self.partition_keys)
+
+    def physical_primary_key(self) -> tuple[str, ...]:
+        """The primary key without the partition columns (what identifies a row inside its partition)."""
+        return tuple(k for k in self.schema.primary_key if k not in self.partition_keys)
+
     def resolved_bucket_keys(self) -> tuple[str, ...]:
-        """The bucket key: as given (``bucket.key``), else the primary key, else none."""
+        """The bucket key: as given (``bucket.key``), else the primary key minus partition columns, else none."""
         if self.bucket_keys is not None:
             return tuple(self.bucket_keys)
         if opt.BUCKET_KEY in self.options:
             return tuple(k.strip() for k in self.options[opt.BUCKET_KEY].split(",") if k.strip())
-        return self.schema.primary_key
+        return self.physical_primary_key()
 
     def validated(self) -> "TableDescriptor":
         """Check every Fluss rule and return the descriptor with normalized options and defaults filled in."""
@@ -99,11 +109,7 @@ class TableDescriptor:
             key = bucket_keys[0]
             empty = pl.Series(key, [], dtype=schema.column(key).dtype).to_arrow()
             encode_iceberg_key(empty, name=key)  # raises InvalidConfigError for types Iceberg cannot bucket
-        for key in options:
-            if (key.startswith("table.auto-partition.") and key != "table.auto-partition.enabled") \
-                    or (key == "table.auto-partition.enabled" and options[key] == "true"):
-                raise InvalidConfigError(f"{key} needs a partitioned table, which this version does not have yet; "
-                                         "drop the option")
+        self._validate_partitioning(options, bucket_keys)
         if "table.kv.ttl" in options:
             if not pk:
                 raise InvalidConfigError("table.kv.ttl expires primary-key rows; a log table uses table.log.ttl")
@@ -115,6 +121,36 @@ class TableDescriptor:
         if bucket_keys:
             options[opt.BUCKET_KEY] = ",".join(bucket_keys)
         return dataclasses.replace(self, bucket_num=bucket_num, bucket_keys=bucket_keys, options=options)
+
+    def _validate_partitioning(self, options: dict[str, str], bucket_keys: tuple[str, ...]) -> None:
+        """Fluss's partition rules (``TableDescriptorValidation.checkPartition``) and the auto-partition options."""
+        from fluss_lake.metadata.auto_partition import TIME_ZONE, AutoPartitionStrategy
+        from fluss_lake.metadata.partition import PARTITION_KEY_TYPES, is_partition_key_type
+
+        keys, schema = tuple(self.partition_keys), self.schema
+        if keys:
+            if len(set(keys)) != len(keys):
+                raise InvalidTableError(f"partition keys {list(keys)} name a column twice")
+            for key in keys:
+                if key not in schema.names:
+                    raise InvalidTableError(f"partition key {key!r} is not a column of {list(schema.names)}")
+                if not is_partition_key_type(schema.column(key).dtype):
+                    raise InvalidTableError(f"partition key {key!r} has type {schema.column(key).type_name}; partition "
+                                            f"keys must be one of {', '.join(PARTITION_KEY_TYPES)}")
+            pk = schema.primary_key
+            if pk and not set(keys) <= set(pk):
+                raise InvalidTableError(f"partition keys {list(keys)} must be part of the primary key {list(pk)} "
+                                        "(each key then lives in exactly one partition)")
+            if pk and set(pk) == set(keys):
+                raise InvalidTableError(f"the primary key {list(pk)} must not consist of the partition keys only; add "
+                                        "the column(s) that identify a row inside a partition")
+            overlap = [k for k in bucket_keys if k in keys]
+            if overlap:
+                raise InvalidTableError(f"bucket key {list(bucket_keys)} must not include partition keys {overlap}: "
+                                        "every row of a partition has the same value there")
+        strategy = AutoPartitionStrategy.from_options(options, keys, {c.name: c.dtype for c in schema.columns})
+        if strategy is not None and TIME_ZONE not in options:
+            options[TIME_ZONE] = strategy.time_zone  # fixed at creation, like Fluss's coordinator defaults
 
     def _validate_log_options(self, options: dict[str, str]) -> dict[str, str]:
         """Rules for log tables: no PK-only options; statistics columns must exist and be supported."""
@@ -206,6 +242,11 @@ class TableInfo:
         """Whether the table has a primary key."""
         return self.descriptor.is_primary_key_table
 
+    @property
+    def partition_keys(self) -> tuple[str, ...]:
+        """Partition key columns (empty for an unpartitioned table)."""
+        return tuple(self.descriptor.partition_keys)
+
     @classmethod
     def new(cls, path: TablePath, descriptor: TableDescriptor) -> "TableInfo":
         """A fresh table id and timestamps for a validated descriptor."""
@@ -217,14 +258,16 @@ class TableInfo:
         d = self.descriptor
         return {"table_id": self.table_id, "database": self.path.database, "table": self.path.table,
                 "schema": d.schema.to_json(), "bucket_num": d.bucket_num, "bucket_keys": list(d.bucket_keys or ()),
-                "options": dict(d.options), "comment": d.comment, "created_ms": self.created_ms,
+                "options": dict(d.options), "comment": d.comment, "partition_keys": list(d.partition_keys),
+                "created_ms": self.created_ms,
                 "modified_ms": self.modified_ms}
 
     @classmethod
     def from_json(cls, data: Mapping) -> "TableInfo":
         """Inverse of :meth:`to_json`."""
         descriptor = TableDescriptor(Schema.from_json(data["schema"]), data["bucket_num"],
-                                     tuple(data["bucket_keys"]), dict(data["options"]), data.get("comment"))
+                                     tuple(data["bucket_keys"]), dict(data["options"]), data.get("comment"),
+                                     tuple(data.get("partition_keys", ())))
         return cls(data["table_id"], TablePath(data["database"], data["table"]), descriptor,
                    data["created_ms"], data["modified_ms"])
 

@@ -16,7 +16,7 @@ __all__ = ["Column", "Schema", "RESERVED_COLUMNS"]
 
 #: Column names Fluss reserves for system columns (``TableDescriptorValidation.checkSystemColumns``), plus the
 #: system columns our scans and lookups add. Every name starting with ``__`` is reserved too (internal columns).
-RESERVED_COLUMNS = frozenset({"__offset", "__timestamp", "__bucket", "_change_type", "_log_offset",
+RESERVED_COLUMNS = frozenset({"__offset", "__timestamp", "__bucket", "_change_type", "_log_offset", "_partition",
                               "_commit_timestamp", "_bucket", "_offset", "_found", "_key_index"})
 
 

@@ -59,7 +59,7 @@ class AppendWriter(BatchingWriter):
             return np.full(frame.height, bucket, dtype=np.int32)
         return np.full(frame.height, random.randrange(info.bucket_num), dtype=np.int32)
 
-    def _commit(self, bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
+    def _commit(self, target: "Table", bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
         """Append one bucket's batch at its log end."""
         info = self.table.info
         stats = _stats_columns(self.table)
@@ -71,8 +71,8 @@ class AppendWriter(BatchingWriter):
                                 compression=compression, compression_level=level)
             return data, BatchHeader(base, rows.height, commit_ts, info.schema.schema_id, self.writer_id, batch_seq=seq)
 
-        return self.table.log_tablet(bucket).append(build, self.table.connection.clock, writer_id=self.writer_id,
-                                                    batch_seq=seq)
+        return target.log_tablet(bucket).append(build, self.table.connection.clock, writer_id=self.writer_id,
+                                                batch_seq=seq)
 
 
 def _stats_columns(table: "Table") -> tuple[str, ...]:

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from fluss_lake.exceptions import PartitionNotExistError
 from fluss_lake.log.log_batch import BatchHeader
+from fluss_lake.write.partition_router import PARTITION_COLUMN, route_partitions
 from fluss_lake.write.write_result import WriteResult
 
 if TYPE_CHECKING:
@@ -38,19 +40,29 @@ class BatchingWriter:
         self._buffer: list[pl.DataFrame] = []
         self._buffered_rows = 0
         self._done = WriteResult()
-        self._sequences: dict[int, int] = {}
-        self._pending: dict[int, tuple[pl.DataFrame, int]] = {}
+        # per (partition name or None, bucket): the next batch sequence, and the batch waiting to be committed
+        self._sequences: dict[tuple[str | None, int], int] = {}
+        self._pending: dict[tuple[str | None, int], tuple[pl.DataFrame, int]] = {}
+        self._targets: dict[str | None, Table] = {None: table}
+        self._partitioned = table._is_partitioned_parent()
 
     def _buckets(self, frame: pl.DataFrame) -> np.ndarray:
         """Bucket of every row."""
         raise NotImplementedError
 
-    def _commit(self, bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
-        """Commit one bucket's batch (idempotently for this writer id and `seq`)."""
+    def _commit(self, target: "Table", bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
+        """Commit one bucket's batch of `target` (the table or one partition) idempotently for this writer and `seq`."""
         raise NotImplementedError
 
     def _buffer_frame(self, frame: pl.DataFrame) -> None:
-        """Keep validated rows; send a batch once ``buffer_rows`` are waiting (the client's batch bound)."""
+        """Keep validated rows; send a batch once ``buffer_rows`` are waiting (the client's batch bound).
+
+        On a partitioned table the rows' partitions are resolved (and created if missing) here, so a batch with a
+        bad partition value is rejected before anything is buffered or created.
+        """
+        if self._partitioned:
+            frame, handles = route_partitions(self.table, frame)
+            self._targets.update(handles)
         self._buffer.append(frame)
         self._buffered_rows += frame.height
         if self._buffered_rows >= self.buffer_rows:
@@ -65,7 +77,7 @@ class BatchingWriter:
         result = self._done.combine(self._send())
         self._done = WriteResult()
         if result.offsets:
-            self.table.maybe_expire_log()
+            self.table.maybe_maintain()
         return result
 
     def _send(self) -> WriteResult:
@@ -78,21 +90,38 @@ class BatchingWriter:
         frame = pl.concat(self._buffer, how="vertical") if len(self._buffer) > 1 else self._buffer[0]
         self._buffer = []
         self._buffered_rows = 0
-        for bucket, rows in split_by_bucket(frame, self._buckets(frame)).items():
-            self._pending[bucket] = (rows, self._sequences.get(bucket, 0))
-            self._sequences[bucket] = self._sequences.get(bucket, 0) + 1
+        if self._partitioned:
+            by_partition = {key[0]: part.drop(PARTITION_COLUMN) for key, part in
+                            frame.partition_by(PARTITION_COLUMN, as_dict=True, maintain_order=True).items()}
+        else:
+            by_partition = {None: frame}
+        for name, part in by_partition.items():
+            for bucket, rows in split_by_bucket(part, self._buckets(part)).items():
+                slot = (name, bucket)
+                self._pending[slot] = (rows, self._sequences.get(slot, 0))
+                self._sequences[slot] = self._sequences.get(slot, 0) + 1
         return result.combine(self._commit_pending())
 
     def _commit_pending(self) -> WriteResult:
         """Commit every pending batch, forgetting each once it is in the log."""
-        offsets: dict[int, tuple[int, int]] = {}
+        offsets: dict = {}
         records = rows_sent = 0
-        for bucket, (rows, seq) in list(self._pending.items()):
-            header = self._commit(bucket, rows, seq)
-            offsets[bucket] = (header.base_offset, header.next_offset)
+        checked: set[str] = set()
+        for slot, (rows, seq) in list(self._pending.items()):
+            name, bucket = slot
+            target = self._targets[name]
+            if name is not None and name not in checked:
+                try:
+                    self.table.connection.check_partition_alive(self.table.info, target.partition_info)
+                except PartitionNotExistError:
+                    self.table._forget_partition(name)
+                    raise
+                checked.add(name)
+            header = self._commit(target, bucket, rows, seq)
+            offsets[bucket if name is None else slot] = (header.base_offset, header.next_offset)
             records += header.record_count
             rows_sent += rows.height
-            del self._pending[bucket]
+            del self._pending[slot]
         return WriteResult(rows_sent, records, offsets)
 
     def __enter__(self) -> "BatchingWriter":

@@ -91,8 +91,8 @@ class UpsertWriter(BatchingWriter):
         """Bucket of every row: the hash of its bucket key."""
         return self.table.buckets_of(frame)
 
-    def _commit(self, bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
+    def _commit(self, target: "Table", bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
         """Merge one bucket's batch against its state and commit the changelog."""
         is_delete = np.asarray(rows.get_column(_OP).to_numpy(), dtype=bool)
-        return self.table.kv_tablet(bucket).write(rows.drop(_OP), is_delete, self.merger, self.image,
+        return target.kv_tablet(bucket).write(rows.drop(_OP), is_delete, self.merger, self.image,
                                                   writer_id=self.writer_id, batch_seq=seq)
