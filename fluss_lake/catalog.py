@@ -56,8 +56,9 @@ class Connection:
 
     def __init__(self, store: ObjectStore, *, local_dir: str | None = None, clock: Callable[[], int] | None = None,
                  snapshot_every: int = 1_000_000, dynamic_partition_creation: bool = True,
-                 max_partition_num: int = 1000) -> None:
+                 max_partition_num: int = 1000, log_compaction_grace_ms: int = 600_000) -> None:
         self.store = store
+        self.log_compaction_grace_ms = log_compaction_grace_ms
         self.dynamic_partition_creation = dynamic_partition_creation
         self.max_partition_num = max_partition_num
         self.clock = clock or _system_clock
@@ -346,7 +347,8 @@ class Connection:
 def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[str, Any] | None = None,
             local_dir: str | None = None, clock: Callable[[], int] | None = None,
             datalake_format: str | None = None, snapshot_every: int = 1_000_000,
-            dynamic_partition_creation: bool = True, max_partition_num: int = 1000) -> Connection:
+            dynamic_partition_creation: bool = True, max_partition_num: int = 1000,
+            log_compaction_grace_ms: int = 600_000) -> Connection:
     """Open a store: a local folder by default, or ``s3://bucket/prefix`` with fsspec storage options.
 
     Parameters
@@ -373,6 +375,10 @@ def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[st
         ``client.writer.dynamic-create-partition.enabled``); when off such a write fails and changes nothing.
     max_partition_num
         Most partitions a table may have (Fluss's ``max.partition.num``).
+    log_compaction_grace_ms
+        :meth:`~fluss_lake.table.Table.compact_log` merges only batches older than this, and a process whose view
+        of a log is older than half of it re-lists before committing; every process sharing a store must use the
+        same value (default ten minutes).
 
     Examples
     --------
@@ -385,6 +391,6 @@ def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[st
         raise InvalidConfigError(f"datalake_format={datalake_format!r}: use 'iceberg' or None")
     connection = Connection(open_store(target, storage_options), local_dir=local_dir, clock=clock,
                             snapshot_every=snapshot_every, dynamic_partition_creation=dynamic_partition_creation,
-                            max_partition_num=max_partition_num)
+                            max_partition_num=max_partition_num, log_compaction_grace_ms=log_compaction_grace_ms)
     connection.default_lake_format = datalake_format
     return connection

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from fluss_lake import options as opt
-from fluss_lake.exceptions import FlussLakeError, UnsupportedOperationError
+from fluss_lake.exceptions import FlussLakeError, InvalidConfigError, UnsupportedOperationError
 from fluss_lake.kv.kv_tablet import KvTablet
 from fluss_lake.kv.merge import MergeSpec
 from fluss_lake.log.log_tablet import LogTablet
@@ -259,7 +259,8 @@ class Table:
         tablet = self._log_tablets.get(bucket)
         if tablet is None:
             prefix = f"{self._data_prefix()}/log/b{bucket:05d}"
-            tablet = self._log_tablets.setdefault(bucket, LogTablet(self.connection.store, prefix, bucket))
+            tablet = self._log_tablets.setdefault(bucket, LogTablet(
+                self.connection.store, prefix, bucket, grace_s=self.connection.log_compaction_grace_ms / 1000))
         return tablet
 
     def kv_tablet(self, bucket: int) -> KvTablet:
@@ -288,7 +289,8 @@ class Table:
                 writer_id=self.writer_id,
                 clock=self.connection.clock, compression=compression, compression_level=level,
                 snapshot_every=self.connection.snapshot_every,
-                kv_ttl_ms=opt.parse_duration_ms("table.kv.ttl", self.info.options.get("table.kv.ttl", "0ms")))
+                kv_ttl_ms=opt.parse_duration_ms("table.kv.ttl", self.info.options.get("table.kv.ttl", "0ms")),
+                log_grace_s=self.connection.log_compaction_grace_ms / 1000)
         return tablet
 
     def end_offsets(self) -> dict:
@@ -360,6 +362,33 @@ class Table:
         for table in self.partition_tables():
             for bucket in range(table.bucket_num):
                 table.kv_tablet(bucket).compact()
+
+    def compact_log(self, *, now_ms: int | None = None, target_rows: int = 1_000_000) -> int:
+        """Merge runs of small committed log batches into larger segment objects; offsets do not change.
+
+        Safe while other processes read and write: only batches older than the connection's
+        ``log_compaction_grace_ms`` (never a bucket's newest batch) are merged, and writers whose view of a log is
+        older than half of that re-list before committing. Returns how many batches were merged.
+
+        Examples
+        --------
+        >>> import tempfile, fluss_lake as fl
+        >>> conn = fl.connect(tempfile.mkdtemp(), log_compaction_grace_ms=0); conn.create_database("d")
+        >>> _ = conn.create_table("d.ev", schema={"v": "INT"})
+        >>> ev = conn.get_table("d.ev")
+        >>> for v in range(5):
+        ...     _ = ev.append([{"v": v}])
+        >>> ev.compact_log(), ev.scan_log()["_offset"].to_list()
+        (4, [0, 1, 2, 3, 4])
+        """
+        now = self.connection.clock() if now_ms is None else now_ms
+        grace = self.connection.log_compaction_grace_ms
+        moved = 0
+        for table in self.partition_tables():
+            for bucket in range(table.bucket_num):
+                moved += table.log_tablet(bucket).compact(now_ms=now, grace_ms=grace, target_rows=target_rows,
+                                                          compression=table._compression()[0])
+        return moved
 
     def snapshot(self) -> dict:
         """Snapshot the state of every bucket now; returns the offset each snapshot replays from."""
@@ -505,6 +534,46 @@ class Table:
                 parts.append(tablet.kv.scan_lazy())
         lazy = pl.concat(parts, how="vertical")
         return lazy.select(columns) if columns else lazy
+
+    def limit_scan(self, limit: int, *, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """At most `limit` rows, reading only until that many are found (Fluss's limit scan, for previews).
+
+        A primary-key table gives current rows (bucket by bucket, each from its on-disk state, stopping early); a
+        log table gives its latest records (from each bucket's log end backwards).
+
+        Examples
+        --------
+        >>> import tempfile, fluss_lake as fl
+        >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+        >>> _ = conn.create_table("d.u", schema={"id": "INT", "v": "INT"}, primary_key=["id"], bucket_num=2)
+        >>> users = conn.get_table("d.u"); _ = users.upsert([{"id": i, "v": i} for i in range(100)])
+        >>> users.limit_scan(5).height
+        5
+        """
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+            raise InvalidConfigError(f"limit must be a positive integer, not {limit!r}")
+        names = list(columns or self.schema.names)
+        parts: list[pl.DataFrame] = []
+        remaining = limit
+        for table in self.partition_tables():
+            for bucket in range(table.bucket_num):
+                if remaining <= 0:
+                    break
+                if table.is_primary_key_table:
+                    tablet = table.kv_tablet(bucket)
+                    with tablet.lock:
+                        tablet.catch_up()
+                        part = tablet.kv.scan_lazy().select(names).head(remaining).collect()
+                else:
+                    end = table.log_tablet(bucket).refresh()
+                    start = max(end - remaining, table.log_tablet(bucket).earliest_offset)
+                    part = table.scan_log(start_offsets={bucket: start}, end_offsets={bucket: end},
+                                          columns=names).select(names).tail(remaining)
+                parts.append(part)
+                remaining -= part.height
+        if not parts:
+            return pl.DataFrame(schema=self.schema.polars_schema).select(names)
+        return pl.concat(parts, how="vertical")
 
     def new_lookup(self) -> "Lookuper":
         """A batched primary-key lookuper."""

@@ -60,7 +60,8 @@ class KvTablet:
     def __init__(self, *, store: ObjectStore, table_prefix: str, bucket: int, schema: pl.Schema, schema_id: int,
                  primary_key: Sequence[str], prefix_key: Sequence[str], local_dir: str, writer_id: str,
                  clock: Callable[[], int], compression: str | None, compression_level: int | None,
-                 snapshot_every: int = 1_000_000, snapshots_retained: int = 2, kv_ttl_ms: int = 0) -> None:
+                 snapshot_every: int = 1_000_000, snapshots_retained: int = 2, kv_ttl_ms: int = 0,
+                 log_grace_s: float = 600.0) -> None:
         self.store = store
         self.bucket = bucket
         self.schema = schema
@@ -73,7 +74,7 @@ class KvTablet:
         self.compression_level = compression_level
         self.snapshot_every = snapshot_every
         self.snapshots_retained = snapshots_retained
-        self.log = LogTablet(store, f"{table_prefix}/log/b{bucket:05d}", bucket)
+        self.log = LogTablet(store, f"{table_prefix}/log/b{bucket:05d}", bucket, grace_s=log_grace_s)
         self.lock = self.log.lock  # one lock guards the bucket's log view and its state
         self.kv_prefix = f"{table_prefix}/kv/b{bucket:05d}"
         # Working segments are private to this process (local_dir); snapshots publish them to the store. On a

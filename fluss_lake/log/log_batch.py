@@ -16,11 +16,13 @@ import pyarrow as pa
 
 from fluss_lake.exceptions import CorruptDataError
 
-__all__ = ["LogBatch", "CHANGE_TYPE_COLUMN", "encode_batch", "decode_batch", "decode_header", "BatchHeader"]
+__all__ = ["LogBatch", "CHANGE_TYPE_COLUMN", "encode_batch", "decode_batch", "decode_header", "BatchHeader",
+           "encode_segment", "SegmentReader"]
 
 #: Column holding the change type byte (+A 0, +I 1, -U 2, +U 3, -D 4) as Fluss numbers them.
 CHANGE_TYPE_COLUMN = "_change_type"
 _META_KEY = b"fluss.batch"
+_SEGMENT_KEY = b"fluss.segment"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,10 @@ def _header_from_schema(schema: pa.Schema) -> BatchHeader:
         raw = json.loads(schema.metadata[_META_KEY])
     except (TypeError, KeyError, ValueError) as exc:
         raise CorruptDataError("a log batch has no fluss header; the store was changed outside fluss-lake") from exc
+    return _header_from_raw(raw)
+
+
+def _header_from_raw(raw: dict) -> BatchHeader:
     stats = None
     if "stats" in raw:
         stats = pl.from_arrow(pa.ipc.open_stream(pa.py_buffer(base64.b64decode(raw["stats"]))).read_all())
@@ -117,3 +123,45 @@ def decode_batch(source: pa.NativeFile | bytes, columns: list[str] | None = None
         keep = [c for c in table.column_names if c == CHANGE_TYPE_COLUMN or c in columns]
         table = table.select(keep or table.column_names[:1])  # keep one column so the row count survives
     return LogBatch(header, table.replace_schema_metadata(None))
+
+
+def encode_segment(sources: list[pa.NativeFile | bytes], *, compression: str | None = "zstd",
+                   compression_level: int | None = None) -> tuple[bytes, list[BatchHeader]]:
+    """Several consecutive batches (same columns) as one object: one record batch per original batch, their
+    headers unchanged in the schema metadata, so offsets, commit times, statistics and writer sequences survive."""
+    raws, tables = [], []
+    for source in sources:
+        reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source))
+        raws.append(json.loads(reader.schema.metadata[_META_KEY]))
+        tables.append(reader.read_all().replace_schema_metadata(None))
+    schema = tables[0].schema.with_metadata({_SEGMENT_KEY: json.dumps(raws, separators=(",", ":")).encode()})
+    sink = pa.BufferOutputStream()
+    codec = None if compression in (None, "none") else ("lz4" if compression == "lz4_frame" else compression)
+    ipc_options = pa.ipc.IpcWriteOptions(compression=pa.Codec(codec, compression_level) if codec else None)
+    with pa.ipc.new_file(sink, schema, options=ipc_options) as writer:
+        for table in tables:
+            combined = table.combine_chunks()
+            batches = combined.to_batches()
+            writer.write_batch(batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema))
+    return sink.getvalue().to_pybytes(), [_header_from_raw(r) for r in raws]
+
+
+class SegmentReader:
+    """Random access to the batches of a compacted log segment."""
+
+    def __init__(self, source: pa.NativeFile | bytes) -> None:
+        try:
+            self._reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source))
+            raws = json.loads(self._reader.schema.metadata[_SEGMENT_KEY])
+        except (pa.ArrowInvalid, TypeError, KeyError, ValueError) as exc:
+            raise CorruptDataError(f"a log segment could not be decoded ({exc}); the store was changed outside "
+                                   "fluss-lake") from exc
+        self.headers = [_header_from_raw(r) for r in raws]
+
+    def batch(self, index: int, columns: list[str] | None = None) -> LogBatch:
+        """The `index`-th original batch (projected like :func:`decode_batch`)."""
+        table = pa.Table.from_batches([self._reader.get_batch(index)]).replace_schema_metadata(None)
+        if columns is not None:
+            keep = [c for c in table.column_names if c == CHANGE_TYPE_COLUMN or c in columns]
+            table = table.select(keep or table.column_names[:1])
+        return LogBatch(self.headers[index], table)

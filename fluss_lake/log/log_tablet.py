@@ -3,13 +3,20 @@
 Batch objects are named by their base offset (``00000000000000000042.arrow``) and created with an atomic
 create-if-absent, so two writers racing for the same offset cannot both win; the loser catches up and retries.
 Finding the end costs one probe per batch committed since the last look, not a listing of the table.
+
+Log compaction (:meth:`LogTablet.compact`) rewrites runs of old small batches as one segment object
+(``<base>.<end>.segment``) holding the same batches, headers and offsets, then deletes the originals. It never
+touches the newest batch nor batches younger than a grace period, and a process whose view of the log is older
+than half that period re-lists before it commits, so no writer can re-create an offset that was compacted away.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -17,16 +24,25 @@ import pyarrow as pa
 
 from fluss_lake.exceptions import OffsetOutOfRangeError
 from fluss_lake.io.store import ObjectStore
-from fluss_lake.log.log_batch import BatchHeader, LogBatch, decode_batch, decode_header
+from fluss_lake.log.log_batch import BatchHeader, LogBatch, SegmentReader, decode_batch, decode_header, encode_segment
 
-__all__ = ["LogTablet", "batch_key"]
+__all__ = ["LogTablet", "batch_key", "COMPACTION_GRACE_S"]
 
 _SUFFIX = ".arrow"
+_SEGMENT_SUFFIX = ".segment"
+_LEASE = "_compaction.lease"
+#: Batches younger than this are never compacted; views older than half of it are re-listed before a commit.
+COMPACTION_GRACE_S = 600.0
 
 
 def batch_key(prefix: str, base_offset: int) -> str:
     """Object key of the batch starting at `base_offset`."""
     return f"{prefix}/{base_offset:020d}{_SUFFIX}"
+
+
+def segment_key(prefix: str, base_offset: int, end_offset: int) -> str:
+    """Object key of a compacted segment holding the batches of ``[base_offset, end_offset)``."""
+    return f"{prefix}/{base_offset:020d}.{end_offset:020d}{_SEGMENT_SUFFIX}"
 
 
 @dataclass(slots=True)
@@ -37,12 +53,16 @@ class _Known:
     end: int
     last_commit_ts: int
     writers: dict[str, BatchHeader]  # latest batch of each writer seen since this process opened the log
+    sources: dict[int, tuple[str, int]]  # base offset -> (segment key, index) for batches living in a segment
+    seen_at: float = 0.0  # time.monotonic() of the last listing or probe
 
 
 class LogTablet:
     """The log of one table bucket."""
 
-    def __init__(self, store: ObjectStore, prefix: str, bucket: int) -> None:
+    def __init__(self, store: ObjectStore, prefix: str, bucket: int, *, grace_s: float = COMPACTION_GRACE_S) -> None:
+        self.grace_s = grace_s
+        self._segments: dict[str, SegmentReader] = {}
         self.store = store
         self.bucket = bucket
         self.prefix = prefix
@@ -54,15 +74,67 @@ class LogTablet:
         path = self.store.local_path(key)
         return pa.memory_map(path) if path is not None else self.store.get(key)
 
+    def _segment(self, key: str) -> SegmentReader:
+        reader = self._segments.get(key)
+        if reader is None:
+            reader = self._segments[key] = SegmentReader(self._open(key))
+        return reader
+
+    def _listing(self) -> tuple[list[int], dict[int, tuple[str, int]]]:
+        """Batch bases and, for batches that live in compacted segments, where (a batch in a segment wins)."""
+        names = self.store.list(self.prefix)
+        bases = {int(n[: -len(_SUFFIX)]) for n in names if n.endswith(_SUFFIX)}
+        sources: dict[int, tuple[str, int]] = {}
+        for name in sorted(n for n in names if n.endswith(_SEGMENT_SUFFIX)):
+            key = f"{self.prefix}/{name}"
+            try:
+                headers = self._segment(key).headers
+            except FileNotFoundError:
+                continue
+            for index, header in enumerate(headers):
+                sources.setdefault(header.base_offset, (key, index))
+        return sorted(bases | set(sources)), sources
+
     def _load(self) -> _Known:
-        """List the bucket once (collecting temp files of killed writers); afterwards only probe forward."""
+        """List the bucket (collecting temp files of killed writers); afterwards only probe forward."""
         self.store.collect_temp(self.prefix, older_than_s=3600)
-        names = [n for n in self.store.list(self.prefix) if n.endswith(_SUFFIX)]
-        bases = sorted(int(n[: -len(_SUFFIX)]) for n in names)
+        self._segments: dict[str, SegmentReader] = {}
+        bases, sources = self._listing()
         if not bases:
-            return _Known([], 0, 0, {})
-        last = decode_header(self._open(batch_key(self.prefix, bases[-1])))
-        return _Known(bases, last.next_offset, last.commit_ts, {last.writer_id: last})
+            return _Known([], 0, 0, {}, sources, time.monotonic())
+        last = self._header_of(bases[-1], sources)
+        return _Known(bases, last.next_offset, last.commit_ts, {last.writer_id: last}, sources, time.monotonic())
+
+    def _header_of(self, base: int, sources: dict[int, tuple[str, int]]) -> BatchHeader:
+        source = sources.get(base)
+        if source is not None:
+            return self._segment(source[0]).headers[source[1]]
+        return decode_header(self._open(batch_key(self.prefix, base)))
+
+    def _header(self, base: int) -> BatchHeader:
+        """A batch's header wherever it lives (re-listing once if compaction moved it meanwhile)."""
+        assert self._known is not None
+        try:
+            return self._header_of(base, self._known.sources)
+        except FileNotFoundError:
+            self._relist()
+            return self._header_of(base, self._known.sources)
+
+    def _batch(self, base: int, columns: list[str] | None) -> LogBatch:
+        """A batch's rows wherever it lives (re-listing once if compaction moved it meanwhile)."""
+        assert self._known is not None
+        for attempt in (0, 1):
+            source = self._known.sources.get(base)
+            try:
+                if source is not None:
+                    return self._segment(source[0]).batch(source[1], columns)
+                return decode_batch(self._open(batch_key(self.prefix, base)), columns)
+            except FileNotFoundError:
+                if attempt:
+                    raise
+                with self.lock:
+                    self._relist()
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def refresh(self) -> int:
         """Catch up with batches other writers committed; returns the log end offset."""
@@ -70,9 +142,13 @@ class LogTablet:
             return self._refresh()
 
     def _refresh(self) -> int:
-        if self._known is None:
+        if self._known is None or time.monotonic() - self._known.seen_at > self.grace_s / 2:
+            previous = self._known
             self._known = self._load()
+            if previous is not None:  # keep what we learnt of writers (idempotent retries)
+                self._known.writers = {**previous.writers, **self._known.writers}
         known = self._known
+        known.seen_at = time.monotonic()
         while True:
             local = self.store.local_path(batch_key(self.prefix, known.end))
             if local is not None and not os.path.exists(local):  # the common case, without an exception
@@ -102,13 +178,17 @@ class LogTablet:
             return self._known.bases[0] if self._known.bases else self._known.end
 
     def _exists(self, base: int) -> bool:
-        return self.store.exists(batch_key(self.prefix, base))
+        assert self._known is not None
+        source = self._known.sources.get(base)
+        return self.store.exists(source[0] if source is not None else batch_key(self.prefix, base))
 
     def _relist(self) -> None:
-        """Forget batches that are gone (expired by log retention in any process)."""
+        """Re-read where batches live: forget expired ones, follow compacted ones into their segments."""
         assert self._known is not None
-        present = {int(n[: -len(_SUFFIX)]) for n in self.store.list(self.prefix) if n.endswith(_SUFFIX)}
+        bases, sources = self._listing()
+        present = set(bases)
         self._known.bases = [b for b in self._known.bases if b in present]
+        self._known.sources = sources
 
     def expire(self, cutoff_ms: int, *, covered_until: int | None = None) -> int:
         """Delete whole batches committed before `cutoff_ms` (``table.log.ttl``); returns the earliest offset.
@@ -120,22 +200,30 @@ class LogTablet:
         with self.lock:
             self.refresh()
             assert self._known is not None
-            bases = self._known.bases
+            self._relist()
+            bases, sources = self._known.bases, self._known.sources
             removed = 0
-            for index, base in enumerate(bases[:-1]):
-                following = bases[index + 1]
-                if covered_until is not None and following > covered_until:
+            while removed < len(bases) - 1:
+                base = bases[removed]
+                source = sources.get(base)
+                # a segment goes as a whole: all its batches must be expired and followed by a newer batch
+                following = removed + 1
+                while source and following < len(bases) and sources.get(bases[following], (None,))[0] == source[0]:
+                    following += 1
+                unit = bases[removed:following]
+                if following >= len(bases) or (covered_until is not None and bases[following] > covered_until):
                     break
-                key = batch_key(self.prefix, base)
                 try:
-                    header = decode_header(self._open(key))
+                    header = self._header(unit[-1])
                 except FileNotFoundError:  # expired by another process already
-                    removed += 1
+                    removed = following
                     continue
                 if header.commit_ts >= cutoff_ms:  # commit times never decrease: the rest is younger
                     break
-                self.store.delete(key)
-                removed += 1
+                self.store.delete(source[0] if source else batch_key(self.prefix, base))
+                removed = following
+            for base in bases[:removed]:
+                sources.pop(base, None)
             del bases[:removed]
             return bases[0] if bases else self._known.end
 
@@ -203,7 +291,7 @@ class LogTablet:
         lo, hi = 0, len(bases)
         while lo < hi:
             mid = (lo + hi) // 2
-            if decode_header(self._open(batch_key(self.prefix, bases[mid]))).commit_ts >= timestamp_ms:
+            if self._header(bases[mid]).commit_ts >= timestamp_ms:
                 hi = mid
             else:
                 lo = mid + 1
@@ -227,11 +315,10 @@ class LogTablet:
         for base in bases[index:]:
             if base >= stop:
                 break
-            key = batch_key(self.prefix, base)
             try:
-                if header_filter is not None and not header_filter(decode_header(self._open(key))):
+                if header_filter is not None and not header_filter(self._header(base)):
                     continue
-                batch = decode_batch(self._open(key), columns)
+                batch = self._batch(base, columns)
             except FileNotFoundError:
                 with self.lock:
                     self._relist()
@@ -242,3 +329,81 @@ class LogTablet:
                 hi = min(stop - base, batch.rows.num_rows)
                 batch = LogBatch(batch.header, batch.rows.slice(lo, max(hi - lo, 0)))
             yield batch
+
+    # ------------------------------------------------------------ compaction
+    def compact(self, *, now_ms: int, grace_ms: int | None = None, target_rows: int = 1_000_000,
+                target_bytes: int = 64 << 20, compression: str | None = "zstd") -> int:
+        """Merge runs of consecutive small batches into segment objects without changing any offset.
+
+        Only batches committed before ``now_ms - grace_ms`` qualify, never the newest batch, and only runs of batches
+        with the same columns. One compaction per bucket at a time (a lease object; a lease older than the grace
+        period is taken over). Returns how many batches were moved into segments.
+        """
+        grace = int(self.grace_s * 1000) if grace_ms is None else grace_ms
+        lease = f"{self.prefix}/{_LEASE}"
+        body = json.dumps({"ms": now_ms}).encode()
+        if not self.store.put_if_absent(lease, body):
+            try:
+                taken = json.loads(self.store.get(lease))["ms"]
+            except (FileNotFoundError, ValueError, KeyError):
+                taken = None
+            if taken is not None and now_ms - taken < max(grace, 1):
+                return 0  # another process is compacting this bucket
+            self.store.delete(lease)
+            if not self.store.put_if_absent(lease, body):
+                return 0
+        try:
+            with self.lock:
+                return self._compact(now_ms - grace, target_rows, target_bytes, compression)
+        finally:
+            self.store.delete(lease)
+
+    def _compact(self, cutoff_ms: int, target_rows: int, target_bytes: int, compression: str | None) -> int:
+        self.refresh()
+        self._relist()
+        assert self._known is not None
+        known = self._known
+        runs: list[list[tuple[int, BatchHeader, int]]] = []
+        run: list[tuple[int, BatchHeader, int]] = []
+        rows = size = 0
+        columns = None
+        for base in known.bases[:-1]:  # never the newest batch: it tells where the log ends
+            if base in known.sources:
+                runs.append(run)
+                run, rows, size, columns = [], 0, 0, None
+                continue
+            key = batch_key(self.prefix, base)
+            try:
+                header = decode_header(self._open(key))
+                local = self.store.local_path(key)
+                nbytes = os.path.getsize(local) if local is not None else 0
+                names = pa.ipc.open_file(self._open(key)).schema.names
+            except FileNotFoundError:
+                continue
+            if header.commit_ts >= cutoff_ms:
+                break
+            if run and (names != columns or rows + header.record_count > target_rows or size + nbytes > target_bytes):
+                runs.append(run)
+                run, rows, size = [], 0, 0
+            run.append((base, header, nbytes))
+            rows += header.record_count
+            size += nbytes
+            columns = names
+        runs.append(run)
+        moved = 0
+        for run in runs:
+            if len(run) < 2:
+                continue
+            keys = [batch_key(self.prefix, base) for base, _, _ in run]
+            try:
+                data, headers = encode_segment([self._open(k) for k in keys], compression=compression)
+            except FileNotFoundError:  # expired meanwhile
+                continue
+            key = segment_key(self.prefix, run[0][0], run[-1][1].next_offset)
+            self.store.put_if_absent(key, data)
+            for index, header in enumerate(headers):
+                known.sources[header.base_offset] = (key, index)
+            for old in keys:
+                self.store.delete(old)
+            moved += len(run)
+        return moved

@@ -364,3 +364,24 @@ def test_partitioned_table_on_s3(s3_url, tmp_path) -> None:
     fresh = fl.connect(url, storage_options=options, local_dir=str(tmp_path / "cache2")).get_table("d.orders")
     assert [p.name for p in fresh.list_partitions()] == ["b"]
     assert fresh.to_polars().sort("id")["id"].to_list() == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- limit scan
+def test_limit_scan_reads_at_most_the_limit_from_state_or_the_log_end(tmp_path) -> None:
+    conn = _conn(tmp_path)
+    orders = _orders(conn)
+    orders.upsert([{"day": d, "id": i, "customer": i, "amount": float(i)} for d in ("a", "b") for i in range(50)])
+    orders.delete([{"day": "a", "id": i} for i in range(45)])
+    rows = orders.limit_scan(30, columns=["day", "id"])
+    assert rows.columns == ["day", "id"] and rows.height == 30
+    state = {tuple(r) for r in orders.to_polars().select("day", "id").iter_rows()}
+    assert {tuple(r) for r in rows.iter_rows()} <= state  # only current rows: deleted keys never appear
+    assert orders.limit_scan(1000).height == 55
+    conn.create_table("d.ev", schema={"v": "INT"}, bucket_num=1)
+    events = conn.get_table("d.ev")
+    for v in range(10):
+        events.append([{"v": v}])
+    assert events.limit_scan(3)["v"].to_list() == [7, 8, 9]
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(fl.InvalidConfigError, match="positive integer"):
+            orders.limit_scan(bad)
