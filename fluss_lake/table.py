@@ -459,7 +459,6 @@ class Table:
         """A log scanner: subscribe buckets from offsets, then ``poll`` record batches."""
         from fluss_lake.log.log_scanner import LogScanner
 
-        self._require_physical("new_scan()")
         return LogScanner(self, columns=columns, filters=filters)
 
     def scan_log(self, *, start_offsets: Mapping[int, int] | None = None, end_offsets: Mapping[int, int] | None = None,

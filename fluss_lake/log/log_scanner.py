@@ -115,7 +115,7 @@ def scan_log(table: "Table", *, start_offsets: Mapping[int, int] | None = None,
 
 def _check_bucket(table: "Table", bucket: int) -> None:
     """Reject buckets the table does not have."""
-    if not isinstance(bucket, int) or not 0 <= bucket < table.bucket_num:
+    if not isinstance(bucket, (int, np.integer)) or isinstance(bucket, bool) or not 0 <= bucket < table.bucket_num:
         raise InvalidConfigError(f"bucket {bucket} does not exist; {table.path} has buckets 0..{table.bucket_num - 1}")
 
 
@@ -140,6 +140,10 @@ def _check_columns(table: "Table", columns: Sequence[str] | None) -> list[str]:
 class LogScanner:
     """Subscribe buckets from offsets and poll what has been committed since.
 
+    On a partitioned table a bucket is named ``(partition name, bucket)``, rows come with a leading
+    ``_partition`` column, and the ``subscribe_from_*`` calls without explicit buckets follow the whole table:
+    partitions created later are read from their start, dropped ones are left.
+
     Examples
     --------
     >>> import tempfile, fluss_lake as fl
@@ -159,46 +163,99 @@ class LogScanner:
         self.table = table
         self.columns = _check_columns(table, columns)
         self.groups = normalize_filters(filters, table.schema.polars_schema)
-        self.positions: dict[int, int] = {}
+        self.positions: dict = {}
+        self._partitioned = table._is_partitioned_parent()
+        self._follow: str | None = None  # "beginning" / "latest": pick up partitions created later that way
+        self._handles: dict[str, Table] = {}
 
-    def subscribe(self, bucket: int, offset: int) -> None:
+    def _target(self, bucket) -> tuple["Table", int]:  # noqa: ANN001 - int, or (partition, bucket) when partitioned
+        """The table (or partition) handle and bucket number behind a subscription key."""
+        if not self._partitioned:
+            _check_bucket(self.table, bucket)
+            return self.table, bucket
+        if not (isinstance(bucket, tuple) and len(bucket) == 2):
+            raise InvalidConfigError(f"{self.table.path} is partitioned: name buckets as (partition name, bucket), "
+                                     f"not {bucket!r}")
+        name, number = bucket
+        handle = self._handles.get(name)
+        if handle is None:
+            handle = self._handles[name] = self.table.partition(name)
+        _check_bucket(handle, number)
+        return handle, number
+
+    def _all_buckets(self) -> list:
+        if not self._partitioned:
+            return list(range(self.table.bucket_num))
+        handles = self.table._existing_partitions()
+        self._handles.update(handles)
+        return [(name, b) for name, handle in handles.items() for b in range(handle.bucket_num)]
+
+    def subscribe(self, bucket, offset: int) -> None:  # noqa: ANN001 - see _target
         """Read `bucket` from `offset` on."""
-        _check_bucket(self.table, bucket)
+        self._target(bucket)
         self.positions[bucket] = offset
 
-    def subscribe_from_beginning(self, buckets: Sequence[int] | None = None) -> None:
+    def _subscribe_each(self, buckets: Sequence | None, offset_of, follow: str | None) -> None:  # noqa: ANN001
+        if buckets is None:
+            self._follow = follow
+        for bucket in buckets if buckets is not None else self._all_buckets():
+            handle, number = self._target(bucket)
+            self.subscribe(bucket, offset_of(handle.log_tablet(number)))
+
+    def subscribe_from_beginning(self, buckets: Sequence | None = None) -> None:
         """Read the given buckets (default: all) from their earliest retained offset."""
-        for bucket in buckets if buckets is not None else range(self.table.bucket_num):
-            self.subscribe(bucket, self.table.log_tablet(bucket).earliest_offset)
+        self._subscribe_each(buckets, lambda t: t.earliest_offset, "beginning")
 
-    def subscribe_from_timestamp(self, timestamp_ms: int, buckets: Sequence[int] | None = None) -> None:
+    def subscribe_from_timestamp(self, timestamp_ms: int, buckets: Sequence | None = None) -> None:
         """Read from the first batch committed at or after `timestamp_ms` (epoch milliseconds)."""
-        for bucket in buckets if buckets is not None else range(self.table.bucket_num):
-            self.subscribe(bucket, self.table.log_tablet(bucket).offset_for_timestamp(timestamp_ms))
+        self._subscribe_each(buckets, lambda t: t.offset_for_timestamp(timestamp_ms), "beginning")
 
-    def subscribe_from_latest(self, buckets: Sequence[int] | None = None) -> None:
+    def subscribe_from_latest(self, buckets: Sequence | None = None) -> None:
         """Read only what is committed after now."""
-        for bucket in buckets if buckets is not None else range(self.table.bucket_num):
-            self.subscribe(bucket, self.table.log_tablet(bucket).refresh())
+        self._subscribe_each(buckets, lambda t: t.refresh(), "beginning")
 
-    def unsubscribe(self, bucket: int) -> None:
+    def unsubscribe(self, bucket) -> None:  # noqa: ANN001 - see _target
         """Stop reading a bucket."""
         self.positions.pop(bucket, None)
+
+    def _discover(self) -> None:
+        """Follow the partitions of the whole table: new ones from their start, dropped ones forgotten."""
+        current = self.table._existing_partitions()
+        for name in [n for n in self._handles if n not in current or current[n] is not self._handles[n]]:
+            self._handles.pop(name)
+            for key in [k for k in self.positions if k[0] == name]:
+                del self.positions[key]
+        for name, handle in current.items():
+            if name not in self._handles:
+                self._handles[name] = handle
+                for b in range(handle.bucket_num):
+                    self.positions[(name, b)] = handle.log_tablet(b).earliest_offset
 
     def poll(self, timeout: float = 0.0, *, interval: float = 0.05) -> pl.DataFrame:
         """New records of every subscribed bucket (waiting up to `timeout` seconds for some)."""
         deadline = time.monotonic() + timeout
         needed = {c[0] for g in self.groups for c in g}
         while True:
+            if self._partitioned and self._follow is not None:
+                self._discover()
             frames: list[pl.DataFrame] = []
-            for bucket, start in list(self.positions.items()):
-                tablet = self.table.log_tablet(bucket)
+            for key, start in list(self.positions.items()):
+                handle, bucket = self._target(key)
+                tablet = handle.log_tablet(bucket)
                 end = tablet.refresh()
                 _check_range(tablet, start, end)
                 if end > start:
-                    frames += _read_range(self.table, bucket, start, end, self.columns, self.groups, needed)
-                    self.positions[bucket] = end
-            result = pl.concat(frames, how="vertical") if frames else _empty(self.table, self.columns)
+                    read = _read_range(handle, bucket, start, end, self.columns, self.groups, needed)
+                    if self._partitioned:
+                        read = [f.select(pl.lit(key[0], dtype=pl.String).alias("_partition"), pl.all()) for f in read]
+                    frames += read
+                    self.positions[key] = end
+            if frames:
+                result = pl.concat(frames, how="vertical")
+            else:
+                result = _empty(self.table, self.columns)
+                if self._partitioned:
+                    result = result.select(pl.lit(None, dtype=pl.String).alias("_partition"), pl.all())
             if result.height or time.monotonic() >= deadline:
                 return result
             time.sleep(interval)

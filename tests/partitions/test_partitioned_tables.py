@@ -216,8 +216,8 @@ def test_per_bucket_operations_on_the_whole_partitioned_table_say_to_name_a_part
     orders = _orders(_conn(tmp_path))
     with pytest.raises(fl.UnsupportedOperationError, match="table.partition"):
         orders.log_tablet(0)
-    with pytest.raises(fl.UnsupportedOperationError, match="table.partition"):
-        orders.new_scan()
+    with pytest.raises(fl.InvalidConfigError, match="partition name, bucket"):
+        orders.new_scan().subscribe(0, 0)
     conn = orders.connection
     conn.create_table("d.plain", schema={"id": "INT"})
     with pytest.raises(fl.UnsupportedOperationError, match="not partitioned"):
@@ -385,3 +385,27 @@ def test_limit_scan_reads_at_most_the_limit_from_state_or_the_log_end(tmp_path) 
     for bad in (0, -1, 2.5, True):
         with pytest.raises(fl.InvalidConfigError, match="positive integer"):
             orders.limit_scan(bad)
+
+
+def test_a_scanner_on_the_whole_partitioned_table_follows_new_and_dropped_partitions(tmp_path) -> None:
+    conn = _conn(tmp_path)
+    conn.create_table("d.ev", schema={"region": "STRING", "v": "INT"}, partition_keys=["region"], bucket_num=2,
+                      bucket_keys=["v"])
+    events = conn.get_table("d.ev")
+    events.append([{"region": "eu", "v": 1}])
+    scanner = events.new_scan()
+    scanner.subscribe_from_beginning()
+    first = scanner.poll()
+    assert first.columns[:2] == ["_partition", "_bucket"] and first.select("_partition", "v").rows() == [("eu", 1)]
+    events.append([{"region": "us", "v": 2}, {"region": "eu", "v": 3}])  # "us" is created after subscribing
+    assert sorted(scanner.poll().select("_partition", "v").rows()) == [("eu", 3), ("us", 2)]
+    events.drop_partition("eu")
+    events.append([{"region": "us", "v": 4}])
+    assert scanner.poll().select("_partition", "v").rows() == [("us", 4)]
+    assert all(key[0] == "us" for key in scanner.positions)
+    one = events.new_scan(columns=["v"])
+    us = events.partition("us")
+    bucket = us.buckets_of(pl.DataFrame({"v": [4]}, schema={"v": pl.Int32}))[0]
+    one.subscribe(("us", bucket), 0)
+    assert one.poll()["v"].to_list() == us.scan_log().filter(pl.col("_bucket") == bucket)["v"].to_list()
+    assert events.new_scan().poll().height == 0  # nothing subscribed
