@@ -2,10 +2,12 @@
 
 Batch semantics (also in ``docs/DAGSTER.md``): a materialization writes batch ``n`` (run config ``batch``; by
 default the batch after the one this asset's latest materialization recorded, 0 on a fresh Dagster instance).
-Generators are pure functions of the batch, so re-running batch ``n`` restates the same rows:
+Generators are pure functions of the batch, so re-running batch ``n`` restates the same rows, as a replayed
+source would:
 
-* primary-key tables (``customers``, ``orders``, ``customer_360``) upsert the same values again: the state is
-  unchanged (the changelog records the re-application as updates);
+* primary-key tables (``customers``, ``orders``, ``customer_360``) upsert the same values again. Re-running the
+  latest batch leaves the state unchanged (the changelog records the re-application as updates); re-running
+  an older batch sets the rows it mentions back to that batch's values (orders: each batch has its own keys);
 * ``payments`` (a log table) appends only the payments of the batch that are not in the log yet (payment ids
   are ``batch * ORDER_ID_STRIDE + i``; a statistics column makes the check skip other batches);
 * ``customer_spend`` (aggregation engine) adds the amounts of orders *inserted* since the orders offsets its
