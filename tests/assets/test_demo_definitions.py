@@ -1,0 +1,44 @@
+"""The code location loads, holds every demo asset with its lineage, checks, job and schedule; the CLI hook."""
+
+from __future__ import annotations
+
+import argparse
+
+import dagster as dg
+
+from assets.cli import register
+from assets.definitions import defs
+from assets.tables import DEMO_TABLES
+
+
+def test_the_code_location_loads_with_every_live_table_as_an_asset():
+    dg.Definitions.validate_loadable(defs)
+    repo = defs.get_repository_def()
+    graph = repo.asset_graph
+    assert {key.to_user_string() for key in graph.get_all_asset_keys()} == set(DEMO_TABLES)
+    for name in DEMO_TABLES:
+        node = graph.get(dg.AssetKey(name))
+        assert node.group_name == "live" and node.description == DEMO_TABLES[name].description
+    parents = {name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys} for name in DEMO_TABLES}
+    assert parents == {"customers": set(), "orders": {"customers"}, "payments": {"orders"},
+                       "customer_spend": {"orders"}, "customer_360": {"customers"}}
+
+
+def test_checks_job_schedule_and_resources_are_registered():
+    repo = defs.get_repository_def()
+    checks = {(k.asset_key.to_user_string(), k.name) for k in repo.asset_graph.asset_check_keys}
+    expected = {(name, "schema_matches_declaration") for name in DEMO_TABLES}
+    expected |= {(name, "primary_key_unique") for name, spec in DEMO_TABLES.items() if spec.primary_key}
+    assert checks == expected | {("customer_spend", "spend_matches_orders")}
+    job = repo.get_job("live_demo")
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == set(DEMO_TABLES)
+    schedule = repo.get_schedule_def("live_demo_every_5_minutes")
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED and schedule.job_name == "live_demo"
+    assert set(defs.resources) == {"live", "lake", "demo"}
+
+
+def test_ui_subcommand_registers_on_the_fluss_lake_parser():
+    parser = argparse.ArgumentParser(prog="fluss-lake")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["ui", "--port", "3999", "--home", "somewhere"])
+    assert (args.host, args.port, str(args.home), callable(args.func)) == ("127.0.0.1", 3999, "somewhere", True)
