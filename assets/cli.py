@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["register", "main"]
+__all__ = ["main", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

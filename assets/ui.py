@@ -19,7 +19,7 @@ from pathlib import Path
 
 from assets.resources import HOME_ENV, fluss_lake_home
 
-__all__ = ["DAGSTER_YAML", "prepare_home", "ui_command", "run_ui", "group_processes"]
+__all__ = ["DAGSTER_YAML", "group_processes", "prepare_home", "run_ui", "ui_command"]
 
 #: Written to ``$DAGSTER_HOME/dagster.yaml`` when there is none: no telemetry, no sign-up modal.
 DAGSTER_YAML = """\

@@ -51,7 +51,7 @@ def table_states(connection: Any) -> dict[str, Any]:
             states[spec.name] = None
             continue
         table = connection.get_table(spec.path)
-        rows = table.to_polars().sort(list(spec.schema)[0])
+        rows = table.to_polars().sort(next(iter(spec.schema)))
         states[spec.name] = (rows, table.end_offsets())
     return states
 
@@ -59,12 +59,12 @@ def table_states(connection: Any) -> dict[str, Any]:
 def assert_same_states(before: dict[str, Any], after: dict[str, Any]) -> None:
     """Tables, rows and end offsets are exactly as before."""
     assert before.keys() == after.keys()
-    for name in before:
-        if before[name] is None:
+    for name, state in before.items():
+        if state is None:
             assert after[name] is None, name
             continue
-        assert after[name][0].equals(before[name][0]), name
-        assert after[name][1] == before[name][1], name
+        assert after[name][0].equals(state[0]), name
+        assert after[name][1] == state[1], name
 
 
 @pytest.fixture

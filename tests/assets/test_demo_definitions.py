@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import dagster as dg
 
@@ -42,3 +46,17 @@ def test_ui_subcommand_registers_on_the_fluss_lake_parser():
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["ui", "--port", "3999", "--home", "somewhere"])
     assert (args.host, args.port, str(args.home), callable(args.func)) == ("127.0.0.1", 3999, "somewhere", True)
+
+
+def test_fluss_lake_cli_finds_ui_through_the_entry_point_group(tmp_path):
+    # a distribution declaring the entry point the way pyproject.toml does; the core CLI discovers it
+    dist = tmp_path / "fluss_lake_assets_probe-0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fluss-lake-assets-probe\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("[fluss_lake.commands]\nui = assets.cli:register\n")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(tmp_path)])}
+    out = subprocess.run([sys.executable, "-m", "fluss_lake.cli", "ui", "--help"], env=env, cwd=tmp_path,
+                         check=False, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--port" in out.stdout and "Dagster" in out.stdout

@@ -8,7 +8,14 @@ import pytest
 
 from assets import generators as gen
 from assets.checks import LIVE_CHECKS
-from assets.live import LIVE_ASSETS, customer_360, customers, open_table, orders, payments
+from assets.live import (
+    LIVE_ASSETS,
+    customer_360,
+    customers,
+    open_table,
+    orders,
+    payments,
+)
 from assets.tables import DEMO_TABLES, STREAM_COLUMNS
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 
@@ -155,7 +162,7 @@ def test_bad_input_is_a_clear_error_and_changes_no_table(local_resources, snapsh
     assert dg.materialize([*LIVE_ASSETS], resources=local_resources, instance=instance).success
     connection = local_resources["live"].connection()
     before = snapshot_tables(connection)
-    context = lambda: dg.build_asset_context(instance=instance)  # noqa: E731
+    context = lambda: dg.build_asset_context(instance=instance)
 
     with pytest.raises(InvalidConfigError, match="unknown streams"):
         customer_360(context(), config=_c360_config(streams=["sessions", "clickstream"]), **_res(local_resources))

@@ -71,10 +71,11 @@ def ui(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FLUSS_LAKE_", "DAGSTER_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
     with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "assets.cli", "ui", "--port", str(port), "--home", str(home)], cwd=REPO, env=env,
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        command = [sys.executable, "-m", "assets.cli", "ui", "--port", str(port), "--home", str(home)]
+        ignore_sigint_then_exec = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+                                   "os.execv(sys.argv[1], sys.argv[1:])")
+        proc = subprocess.Popen([sys.executable, "-c", ignore_sigint_then_exec, *command], cwd=REPO, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + STARTUP_S
     try:
@@ -102,6 +103,27 @@ def test_graphql_lists_every_demo_asset_with_its_checks(ui):
     assert (ui.home / "dagster" / "dagster.yaml").read_text().count("enabled: false") == 2
 
 
+def test_the_demo_materializes_from_the_ui(ui):
+    launched = _graphql(ui.base, """mutation { launchRun(executionParams: {selector: {
+        repositoryLocationName: "assets.definitions", repositoryName: "__repository__", jobName: "live_demo"}}) {
+        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }""")["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    run_id = launched["run"]["runId"]
+    deadline = time.monotonic() + STARTUP_S
+    status = None
+    while time.monotonic() < deadline:
+        status = _graphql(ui.base, f'{{ runOrError(runId: "{run_id}") {{ ... on Run {{ status }} }} }}')["runOrError"]["status"]
+        if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            break
+        time.sleep(1)
+    assert status == "SUCCESS", ui.log.read_text()[-3000:]
+    import fluss_lake as fl  # the run wrote into the embedded default under --home
+
+    connection = fl.connect(str(ui.home / "live"))
+    assert connection.list_tables("c360") == sorted(DEMO_TABLES)
+    assert connection.get_table("c360.orders").to_polars().height > 0
+
+
 def test_assets_page_in_headless_chromium_shows_the_demo(ui, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "the browser test needs Debian's chromium: apt-get install -y chromium (.ci/run does this)"
@@ -110,7 +132,7 @@ def test_assets_page_in_headless_chromium_shows_the_demo(ui, tmp_path):
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
          "--no-first-run", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1400,900",
          "--virtual-time-budget=15000", "--dump-dom", f"{ui.base}/assets"],
-        capture_output=True, text=True, timeout=120).stdout
+        check=False, capture_output=True, text=True, timeout=120).stdout
     assert "<html" in dom
     missing = [name for name in DEMO_TABLES if f'href="/assets/{name}"' not in dom]
     assert not missing, f"asset links missing from the Assets page: {missing}"
