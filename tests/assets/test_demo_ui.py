@@ -1,8 +1,9 @@
 """The main command for real: ``fluss-lake ui`` (here ``python -m assets.cli ui``) serves the demo's assets in the
 Dagster UI, a headless Chromium shows them on the Assets page, and SIGTERM stops everything it started.
 
-One UI process is shared by the tests of this module (startup takes 10-20 s); the last test stops it. It is
-started with SIGINT ignored, as a process started with ``&`` from a non-interactive shell is: plain
+Startup takes 10-20 s, so one UI process serves the whole module, and the module has a single test that runs
+the phases in order (pytest-xdist's default ``load`` mode would otherwise start one UI per worker); each phase
+is a function whose assertion messages name it. The UI is started with SIGINT ignored, as a process started with ``&`` from a non-interactive shell is: plain
 ``dagster dev`` then ignores SIGTERM too (STACK-NOTES §5).
 """
 
@@ -25,7 +26,7 @@ import pytest
 
 from assets.tables import DEMO_TABLES
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dagster-ui")]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 STARTUP_S = 150
@@ -95,7 +96,7 @@ def ui(tmp_path_factory):
             proc.wait(STOP_BOUND_S)
 
 
-def test_graphql_lists_every_demo_asset_with_its_checks(ui):
+def _graphql_lists_every_demo_asset_with_its_checks(ui):
     nodes = _graphql(ui.base, _ASSET_NODES)["assetNodes"]
     assert {n["assetKey"]["path"][0] for n in nodes} == set(DEMO_TABLES)
     assert all(n["groupName"] == "live" and n["hasAssetChecks"] for n in nodes)
@@ -103,7 +104,7 @@ def test_graphql_lists_every_demo_asset_with_its_checks(ui):
     assert (ui.home / "dagster" / "dagster.yaml").read_text().count("enabled: false") == 2
 
 
-def test_the_demo_materializes_from_the_ui(ui):
+def _the_demo_materializes_from_the_ui(ui):
     launched = _graphql(ui.base, """mutation { launchRun(executionParams: {selector: {
         repositoryLocationName: "assets.definitions", repositoryName: "__repository__", jobName: "live_demo"}}) {
         __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }""")["launchRun"]
@@ -124,7 +125,7 @@ def test_the_demo_materializes_from_the_ui(ui):
     assert connection.get_table("c360.orders").to_polars().height > 0
 
 
-def test_assets_page_in_headless_chromium_shows_the_demo(ui, tmp_path):
+def _assets_page_in_headless_chromium_shows_the_demo(ui, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "the browser test needs Debian's chromium: apt-get install -y chromium (.ci/run does this)"
     assert _graphql(ui.base, "mutation { setNuxSeen }") == {"setNuxSeen": True}  # no sign-up modal over the page
@@ -138,7 +139,7 @@ def test_assets_page_in_headless_chromium_shows_the_demo(ui, tmp_path):
     assert not missing, f"asset links missing from the Assets page: {missing}"
 
 
-def test_sigterm_stops_the_ui_and_everything_it_started(ui):
+def _sigterm_stops_the_ui_and_everything_it_started(ui):
     started = psutil.Process(ui.proc.pid).children(recursive=True)
     assert any("dagster" in " ".join(p.cmdline()) for p in started)
     t0 = time.monotonic()
@@ -150,3 +151,10 @@ def test_sigterm_stops_the_ui_and_everything_it_started(ui):
     assert not alive, f"left running after {elapsed:.1f} s: {[p.cmdline()[:4] for p in alive]}"
     with pytest.raises(urllib.error.URLError):
         _get(f"{ui.base}/server_info", timeout=2)
+
+
+def test_the_ui_serves_runs_shows_and_stops_the_demo(ui, tmp_path):
+    _graphql_lists_every_demo_asset_with_its_checks(ui)
+    _the_demo_materializes_from_the_ui(ui)
+    _assets_page_in_headless_chromium_shows_the_demo(ui, tmp_path)
+    _sigterm_stops_the_ui_and_everything_it_started(ui)
