@@ -1,5 +1,5 @@
-"""Asset checks on the live tables: the stored schema is the declared one, primary keys are unique, and the
-aggregation engine's spend per customer equals the orders it was fed.
+"""Asset checks on the live tables: the stored schema is the declared one, primary keys (and payment ids) are
+unique, and the aggregation engine's spend per customer equals the orders it was fed.
 
 Each check reads the store through :class:`~assets.resources.LiveStore` and reports what it found as metadata.
 """
@@ -12,7 +12,8 @@ import polars as pl
 from assets.resources import LiveStore
 from assets.tables import DEMO_TABLES, LiveTableSpec, schema_differences
 
-__all__ = ["LIVE_CHECKS", "duplicate_keys", "primary_key_check", "schema_check", "spend_matches_orders"]
+__all__ = ["LIVE_CHECKS", "duplicate_keys", "payment_ids_unique", "primary_key_check", "schema_check",
+           "spend_matches_orders"]
 
 
 def duplicate_keys(rows: pl.LazyFrame, key: Sequence[str]) -> pl.DataFrame:
@@ -65,6 +66,20 @@ def primary_key_check(spec: LiveTableSpec) -> dg.AssetChecksDefinition:
     return _check
 
 
+@dg.asset_check(asset=dg.AssetKey("payments"),
+                description="each payment_id occurs once in the payments log (re-runs append nothing twice)")
+def payment_ids_unique(live: LiveStore) -> dg.AssetCheckResult:
+    """The log table has no primary key; the demo's payment ids must still be unique across batches and re-runs."""
+    spec = DEMO_TABLES["payments"]
+    connection = live.connection()
+    if not connection.table_exists(spec.path):
+        return _missing(spec)
+    ids = connection.get_table(spec.path).scan_log(columns=["payment_id"]).lazy()
+    duplicates = duplicate_keys(ids, ["payment_id"])
+    return dg.AssetCheckResult(passed=duplicates.height == 0, metadata={
+        "duplicate_ids": duplicates.height, "examples": dg.MetadataValue.json(duplicates.head(5).to_dicts())})
+
+
 @dg.asset_check(asset=dg.AssetKey("customer_spend"),
                 description="total_spend and order_count per customer equal the sums over the orders table")
 def spend_matches_orders(live: LiveStore) -> dg.AssetCheckResult:
@@ -89,5 +104,6 @@ def spend_matches_orders(live: LiveStore) -> dg.AssetCheckResult:
 LIVE_CHECKS = [
     *(schema_check(spec) for spec in DEMO_TABLES.values()),
     *(primary_key_check(spec) for spec in DEMO_TABLES.values() if spec.is_primary_key_table),
+    payment_ids_unique,
     spend_matches_orders,
 ]

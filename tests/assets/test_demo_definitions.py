@@ -33,7 +33,7 @@ def test_checks_job_schedule_and_resources_are_registered():
     checks = {(k.asset_key.to_user_string(), k.name) for k in repo.asset_graph.asset_check_keys}
     expected = {(name, "schema_matches_declaration") for name in DEMO_TABLES}
     expected |= {(name, "primary_key_unique") for name, spec in DEMO_TABLES.items() if spec.primary_key}
-    assert checks == expected | {("customer_spend", "spend_matches_orders")}
+    assert checks == expected | {("customer_spend", "spend_matches_orders"), ("payments", "payment_ids_unique")}
     job = repo.get_job("live_demo")
     assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == set(DEMO_TABLES)
     schedule = repo.get_schedule_def("live_demo_every_5_minutes")
@@ -60,3 +60,23 @@ def test_fluss_lake_cli_finds_ui_through_the_entry_point_group(tmp_path):
                          check=False, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "--port" in out.stdout and "Dagster" in out.stdout
+
+
+def test_docstring_examples_of_the_assets_package_run(monkeypatch):
+    import doctest
+    import importlib
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    tried = 0
+    for name in ("tables", "generators", "resources", "checks", "ui"):
+        result = doctest.testmod(importlib.import_module(f"assets.{name}"))
+        assert result.failed == 0, name
+        tried += result.attempted
+    assert tried >= 8
+
+
+def test_the_core_does_not_import_dagster():
+    code = "import sys, fluss_lake, fluss_lake.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in " \
+           "('dagster', 'pyiceberg', 'assets', 'tiering')))"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]"

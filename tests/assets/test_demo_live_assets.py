@@ -119,7 +119,7 @@ def test_materialize_the_demo_twice_then_rerun_a_batch(local_resources):
               for name in DEMO_TABLES}
     rerun = dg.materialize(everything, resources=local_resources, instance=instance, run_config=dg.RunConfig(ops={
         name: {"config": {"batch": 1}} for name in ("customers", "orders", "payments", "customer_360")}))
-    assert rerun.success and all(e.passed for e in rerun.get_asset_check_evaluations())
+    assert rerun.success and all(e.passed for e in rerun.get_asset_check_evaluations())  # payment_ids_unique too
     assert _meta(rerun, "payments")["rows_written"] == 0
     assert _meta(rerun, "payments")["already_present"] == scenario.orders_per_batch
     assert _meta(rerun, "customer_spend")["orders_consumed"] == 0
@@ -188,3 +188,20 @@ def test_bad_input_is_a_clear_error_and_changes_no_table(local_resources, snapsh
     failed = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert failed == {"schema_matches_declaration": False, "primary_key_unique": True}
     same_states(before, snapshot_tables(connection))
+
+
+def test_the_checks_catch_a_duplicated_payment_and_a_missing_table(local_resources):
+    instance = dg.DagsterInstance.ephemeral()
+    checks = dg.AssetSelection.checks_for_assets("payments", "customer_360")
+    result = dg.materialize([*LIVE_CHECKS], resources=local_resources, instance=instance, selection=checks)
+    assert {(e.check_name, e.passed) for e in result.get_asset_check_evaluations()} == {
+        ("schema_matches_declaration", False), ("payment_ids_unique", False), ("primary_key_unique", False)}
+    assert dg.materialize([customers, orders, payments], resources=local_resources, instance=instance).success
+    table = _table(local_resources, "payments")
+    table.append(table.scan_log().select(table.schema.names).head(1))  # a second copy of one payment
+    result = dg.materialize([*LIVE_CHECKS], resources=local_resources, instance=instance,
+                            selection=dg.AssetSelection.checks_for_assets("payments"))
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert evaluations["schema_matches_declaration"].passed
+    assert not evaluations["payment_ids_unique"].passed
+    assert evaluations["payment_ids_unique"].metadata["duplicate_ids"].value == 1
