@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - pytest fixtures imported from demo_fixtures are redefined as test arguments
 """Live-table assets at two levels: called directly, and materialized for real (local folder and moto S3)."""
 
 from __future__ import annotations
@@ -5,6 +6,13 @@ from __future__ import annotations
 import dagster as dg
 import polars as pl
 import pytest
+from demo_fixtures import (  # noqa: F401 - fixtures
+    home,
+    local_resources,
+    s3_resources,
+    same_states,
+    snapshot_tables,
+)
 
 from assets import generators as gen
 from assets.checks import LIVE_CHECKS

@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - pytest fixtures imported from demo_fixtures are redefined as test arguments
 """Resources: the embedded default under FLUSS_LAKE_HOME, S3 and the catalog by configuration, clear errors."""
 
 from __future__ import annotations
@@ -6,6 +7,7 @@ import json
 
 import pyarrow as pa
 import pytest
+from demo_fixtures import home  # noqa: F401 - fixtures
 
 from assets.resources import DemoScenario, LakeCatalog, LiveStore
 from fluss_lake.exceptions import InvalidConfigError

@@ -1,5 +1,8 @@
 """Fixtures for the Dagster layer: resources on a temporary local home or on a moto S3 bucket, and a
-snapshot of every demo table (to prove a rejected materialization changed nothing)."""
+snapshot of every demo table (to prove a rejected materialization changed nothing).
+
+Imported by the test modules that use them: a second ``conftest.py`` would clash with ``tests/conftest.py``
+under ``--doctest-modules`` (both import as the module ``conftest``)."""
 
 from __future__ import annotations
 
