@@ -120,9 +120,13 @@ class LakeCatalog(dg.ConfigurableResource):
         lake = fluss_lake_home() / "lake"
         extra = _json_object(self.properties if self.properties is not None
                              else os.environ.get("FLUSS_LAKE_CATALOG_PROPERTIES"), "catalog properties")
-        props = {"type": "sql",
-                 "uri": self.uri or os.environ.get("FLUSS_LAKE_CATALOG_URI") or f"sqlite:///{lake / 'catalog.db'}",
-                 "warehouse": self.warehouse or os.environ.get("FLUSS_LAKE_WAREHOUSE") or (lake / "warehouse").as_uri()}
+        kind = str(extra.get("type", "sql"))
+        uri = self.uri or os.environ.get("FLUSS_LAKE_CATALOG_URI")
+        warehouse = self.warehouse or os.environ.get("FLUSS_LAKE_WAREHOUSE")
+        if kind == "sql":  # the embedded default; other catalogs (REST...) get only what was configured
+            uri = uri or f"sqlite:///{lake / 'catalog.db'}"
+            warehouse = warehouse or (lake / "warehouse").as_uri()
+        props = {"type": kind, **({"uri": uri} if uri else {}), **({"warehouse": warehouse} if warehouse else {})}
         props.update({key: str(value) for key, value in extra.items()})
         return props
 

@@ -79,3 +79,9 @@ def test_demo_scenario_resource_builds_the_generators_scenario():
         DemoScenario(epoch="yesterday").scenario()
     with pytest.raises(InvalidConfigError, match="customers"):
         DemoScenario(customers=0).scenario()
+
+
+def test_a_rest_catalog_gets_only_what_was_configured(home, monkeypatch):
+    monkeypatch.setenv("FLUSS_LAKE_CATALOG_PROPERTIES", '{"type": "rest", "uri": "http://127.0.0.1:8181"}')
+    assert LakeCatalog().resolved_properties() == {"type": "rest", "uri": "http://127.0.0.1:8181"}
+    assert LakeCatalog(warehouse="s3://b/w").resolved_properties()["warehouse"] == "s3://b/w"
