@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from assets.resources import HOME_ENV, fluss_lake_home
@@ -84,11 +85,13 @@ def _end_group(pgid: int, grace: float) -> None:
             time.sleep(0.2)
 
 
-def run_ui(*, host: str = "127.0.0.1", port: int = 3000, home: Path | None = None,
-           stop_timeout: float = 30.0) -> int:
+def run_ui(*, host: str = "127.0.0.1", port: int = 3000, home: Path | None = None, stop_timeout: float = 30.0,
+           command: Sequence[str] | None = None) -> int:
     """Start ``dagster dev`` on the ``assets`` code location and block until it exits or is asked to stop.
 
-    Returns 0 after a requested stop, else the child's exit code.
+    `command` replaces the server command line (default: :func:`ui_command`). After a stop request the server
+    gets `stop_timeout` seconds; then its process group is terminated and, ``min(10, stop_timeout)`` seconds
+    later, killed. Returns 0 after a requested stop, else the server's exit code.
     """
     home = (home or fluss_lake_home()).resolve()
     dagster_home = prepare_home(home)
@@ -100,7 +103,7 @@ def run_ui(*, host: str = "127.0.0.1", port: int = 3000, home: Path | None = Non
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        child = subprocess.Popen(ui_command(host=host, port=port), env=env, start_new_session=True)
+        child = subprocess.Popen(list(command or ui_command(host=host, port=port)), env=env, start_new_session=True)
         print(f"fluss-lake ui: Dagster UI on http://{host}:{port} (home {home}); Ctrl-C stops it", flush=True)
         while child.poll() is None and not requested:
             time.sleep(0.2)
@@ -110,7 +113,7 @@ def run_ui(*, host: str = "127.0.0.1", port: int = 3000, home: Path | None = Non
                 child.wait(stop_timeout)
             except subprocess.TimeoutExpired:
                 pass
-        _end_group(child.pid, grace=10.0)
+        _end_group(child.pid, grace=min(10.0, stop_timeout))
         code = child.wait()
         return 0 if requested else code
     finally:
