@@ -80,3 +80,16 @@ def test_the_core_does_not_import_dagster():
            "('dagster', 'pyiceberg', 'assets', 'tiering')))"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_dagster_cli_validates_the_code_location(tmp_path, monkeypatch):
+    from assets.ui import prepare_home
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env["DAGSTER_HOME"] = str(prepare_home(tmp_path))  # <tmp>/dagster with telemetry off
+    out = subprocess.run([sys.executable, "-m", "dagster", "definitions", "validate", "-m", "assets.definitions"],
+                         env=env, cwd=repo, check=False, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "All code locations passed validation" in out.stdout + out.stderr
