@@ -94,8 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--path", help="store folder or URL (default: a new temporary folder)")
     run.add_argument("--rows", type=int, default=10_000, help="click rows to append")
     run.set_defaults(func=lambda args: demo(args.path, args.rows))
+    seen: set[str] = set()
     for entry in sorted(entry_points(group=COMMAND_GROUP), key=lambda e: e.name):
-        entry.load()(sub)
+        if entry.name not in seen:  # the same command declared twice (e.g. two installs on the path): first wins
+            seen.add(entry.name)
+            entry.load()(sub)
     args = parser.parse_args(argv)
     return int(args.func(args))
 
