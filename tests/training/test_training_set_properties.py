@@ -32,13 +32,18 @@ def _entities(ents):
 
 
 @SETTINGS
-@given(data=st.data(), ttl=st.one_of(st.none(), st.integers(0, 6)), mode=st.sampled_from(["commit", "event", "event_committed"]))
-def test_training_set_equals_oracle(data, ttl, mode):
+@given(data=st.data(), ttl=st.one_of(st.none(), st.integers(0, 6)),
+       mode=st.sampled_from(["commit", "event", "event_committed"]), shuffle=st.one_of(st.none(), st.integers(0, 9)))
+def test_training_set_equals_oracle(data, ttl, mode, shuffle):
+    """`shuffle`: the history frame in any row order (None: log order per bucket, as the log and lake give it)."""
     rows = data.draw(histories())
     ents = data.draw(entity_rows(rows))
     event = mode != "commit"
     committed = mode == "event_committed"
-    view = FeatureView(history_frame(rows), keys=["id"], features=["v"], prefix="f__",
+    frame = history_frame(rows)
+    if shuffle is not None:
+        frame = frame.sample(fraction=1.0, shuffle=True, seed=shuffle)
+    view = FeatureView(frame, keys=["id"], features=["v"], prefix="f__",
                        ttl=None if ttl is None else timedelta(microseconds=ttl),
                        event_time="ev" if event else None, committed_only=committed)
     got = training_set(_entities(ents), view)
