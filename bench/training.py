@@ -20,20 +20,29 @@ Before timing, all three results are checked equal. Run
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import UTC, datetime, timedelta
 
 import duckdb
 import numpy as np
 import polars as pl
 
-from bench._common import (Reporter, Result, Target, bench_args, fmt_num, interleave, log, median, timed)
+from bench._common import (
+    Reporter,
+    Result,
+    Target,
+    bench_args,
+    fmt_num,
+    interleave,
+    log,
+    median,
+    timed,
+)
 from fluss_lake.training import FeatureView, training_set
 
 BENCH = "training"
 FULL_ROWS = 1_000_000
 QUICK_ROWS = 100_000
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 DAYS = 30
 TTLS = {"a": timedelta(days=1), "b": timedelta(days=7)}
 _US_PER_DAY = 86_400_000_000

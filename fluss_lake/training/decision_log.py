@@ -28,7 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from fluss_lake.exceptions import DecisionNotFoundError, InvalidConfigError, SchemaMismatchError
+from fluss_lake.exceptions import (
+    DecisionNotFoundError,
+    InvalidConfigError,
+    SchemaMismatchError,
+)
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import time_expr
 from fluss_lake.training.training_set import training_set
@@ -54,8 +58,8 @@ DECISION_LOG_SCHEMA: dict[str, pl.DataType] = {
 _JSON_COLUMNS = ("entity", "features")
 
 
-def create_decision_log(conn: "Connection", path: "str | TablePath", *, bucket_num: int | None = None,
-                        options: Mapping[str, object] | None = None, ignore_if_exists: bool = True) -> "Table":
+def create_decision_log(conn: Connection, path: str | TablePath, *, bucket_num: int | None = None,
+                        options: Mapping[str, object] | None = None, ignore_if_exists: bool = True) -> Table:
     """Create (or open) a decision-log table at `path` with :data:`DECISION_LOG_SCHEMA`, bucketed by request id.
 
     Examples
@@ -75,10 +79,10 @@ def create_decision_log(conn: "Connection", path: "str | TablePath", *, bucket_n
     return table
 
 
-def log_decision(log: "Table", *, request_id: str, result: str | None, features: Mapping[str, Any] | str,
+def log_decision(log: Table, *, request_id: str, result: str | None, features: Mapping[str, Any] | str,
                  entity: Mapping[str, Any] | str | None = None, model_version: str | None = None,
                  rule_version: str | None = None, reason_codes: Sequence[str] = (),
-                 decision_ts: Any = None) -> "WriteResult":
+                 decision_ts: Any = None) -> WriteResult:
     """Append one decision (see :func:`log_decisions`); `decision_ts` defaults to now.
 
     Examples
@@ -96,7 +100,7 @@ def log_decision(log: "Table", *, request_id: str, result: str | None, features:
                                 "result": result, "reason_codes": list(reason_codes)}])
 
 
-def log_decisions(log: "Table", decisions: pl.DataFrame | Sequence[Mapping[str, Any]]) -> "WriteResult":
+def log_decisions(log: Table, decisions: pl.DataFrame | Sequence[Mapping[str, Any]]) -> WriteResult:
     """Append decisions (a DataFrame or a list of dicts with the log's columns) as one committed batch.
 
     ``entity``/``features`` may be dicts, struct columns (JSON-encoded, vectorized) or JSON strings; a missing
@@ -106,7 +110,7 @@ def log_decisions(log: "Table", decisions: pl.DataFrame | Sequence[Mapping[str, 
     return log.append(frame)
 
 
-def _normalize(log: "Table", decisions: pl.DataFrame | Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+def _normalize(log: Table, decisions: pl.DataFrame | Sequence[Mapping[str, Any]]) -> pl.DataFrame:
     """Decisions as a frame of exactly the log's columns and types, or a SchemaMismatchError."""
     if isinstance(decisions, pl.DataFrame):
         frame = decisions
@@ -161,7 +165,7 @@ def _dumps(value: Any, name: str) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def reconstruct_decisions(log: "Table", request_ids: Sequence[str] | None = None, *,
+def reconstruct_decisions(log: Table, request_ids: Sequence[str] | None = None, *,
                           views: FeatureView | Sequence[FeatureView] | None = None) -> pl.DataFrame:
     """Decisions as logged (in the order asked); with `views`, also the features recomputed as of each decision.
 
@@ -186,7 +190,7 @@ def reconstruct_decisions(log: "Table", request_ids: Sequence[str] | None = None
         raise DecisionNotFoundError(f"the decision log {log.path} holds no decisions to reconstruct")
     if frame["entity"].null_count():
         raise InvalidConfigError("decisions without an entity cannot be recomputed; log entity= with them")
-    entity = frame.select(pl.col("entity").str.json_decode(infer_schema_length=None)).unnest("entity")
+    entity = frame["entity"].str.json_decode(infer_schema_length=None).struct.unnest()
     clash = [c for c in entity.columns if c in frame.columns]
     if clash:
         raise SchemaMismatchError(f"entity keys {clash} clash with decision-log columns; rename them")

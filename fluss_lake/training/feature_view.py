@@ -127,10 +127,10 @@ class FeatureView:
         return list(zip(self.entity_keys or self.keys, self.keys, strict=True))
 
     @classmethod
-    def from_table(cls, table: "Table", *, lake: pl.LazyFrame | pl.DataFrame | None = None,
+    def from_table(cls, table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None,
                    features: Sequence[str] | None = None, entity_keys: Sequence[str] | None = None,
                    event_time: str | None = None, committed_only: bool = False,
-                   ttl: timedelta | str | None = None, prefix: str = "") -> "FeatureView":
+                   ttl: timedelta | str | None = None, prefix: str = "") -> FeatureView:
         """A view of a live primary-key table keyed by its primary key (history: `lake` + the live tail).
 
         Examples

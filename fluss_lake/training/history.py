@@ -19,18 +19,32 @@ replays every key's changes in log order. That order is *the* order of this pack
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
 import polars as pl
 
-from fluss_lake.exceptions import (IncompleteHistoryError, SchemaMismatchError, UnsupportedOperationError)
+from fluss_lake.exceptions import (
+    IncompleteHistoryError,
+    SchemaMismatchError,
+    UnsupportedOperationError,
+)
 
 if TYPE_CHECKING:
     from fluss_lake.table import Table
 
-__all__ = ["CHANGE_TYPE", "BUCKET", "OFFSET", "TIMESTAMP", "SYSTEM_COLUMNS", "ChangeType", "VALUE_CHANGES",
-           "history_of", "check_history", "HISTORY_TIME_DTYPE"]
+__all__ = [
+    "BUCKET",
+    "CHANGE_TYPE",
+    "HISTORY_TIME_DTYPE",
+    "OFFSET",
+    "SYSTEM_COLUMNS",
+    "TIMESTAMP",
+    "VALUE_CHANGES",
+    "ChangeType",
+    "check_history",
+    "history_of",
+]
 
 CHANGE_TYPE: Final = "__change_type"
 BUCKET: Final = "__bucket"
@@ -84,13 +98,13 @@ def as_utc(value: datetime | date | str, *, what: str) -> datetime:
         except ValueError:
             raise SchemaMismatchError(f"{what}={value!r} is not an ISO timestamp") from None
     if isinstance(value, datetime):
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     if isinstance(value, date):
-        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+        return datetime(value.year, value.month, value.day, tzinfo=UTC)
     raise SchemaMismatchError(f"{what}={value!r}: pass a datetime (naive counts as UTC), a date or an ISO string")
 
 
-def _live_changelog(table: "Table", start_offsets: Mapping[int, int] | None) -> pl.DataFrame:
+def _live_changelog(table: Table, start_offsets: Mapping[int, int] | None) -> pl.DataFrame:
     """The live changelog from `start_offsets` in the history shape."""
     log = table.changelog(with_bucket=True, start_offsets=start_offsets)
     return log.select(
@@ -102,7 +116,7 @@ def _live_changelog(table: "Table", start_offsets: Mapping[int, int] | None) -> 
     )
 
 
-def history_of(table: "Table", *, lake: pl.LazyFrame | pl.DataFrame | None = None) -> pl.LazyFrame:
+def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None) -> pl.LazyFrame:
     """A primary-key table's full history: the lake's history frame (if given) plus the live log after it.
 
     Each bucket's live tail starts right after the highest ``__offset`` the lake holds for that bucket (at the

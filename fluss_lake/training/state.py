@@ -9,8 +9,20 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError
-from fluss_lake.training.history import (BUCKET, CHANGE_TYPE, OFFSET, ORDER, SYSTEM_COLUMNS, TIMESTAMP, VALUE_CHANGES,
-                                         as_utc, check_history, history_of, time_expr, time_unit)
+from fluss_lake.training.history import (
+    BUCKET,
+    CHANGE_TYPE,
+    OFFSET,
+    ORDER,
+    SYSTEM_COLUMNS,
+    TIMESTAMP,
+    VALUE_CHANGES,
+    as_utc,
+    check_history,
+    history_of,
+    time_expr,
+    time_unit,
+)
 
 if TYPE_CHECKING:
     from fluss_lake.table import Table
@@ -18,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["state_as_of"]
 
 
-def state_as_of(history: "pl.LazyFrame | pl.DataFrame | Table", *, primary_key: Sequence[str] | None = None,
+def state_as_of(history: pl.LazyFrame | pl.DataFrame | Table, *, primary_key: Sequence[str] | None = None,
                 timestamp: datetime | date | str | None = None, offsets: Mapping[int, int] | None = None,
                 lake: pl.LazyFrame | pl.DataFrame | None = None) -> pl.LazyFrame:
     """Every live row of a primary-key table as it stood at `timestamp` or at the log `offsets`.

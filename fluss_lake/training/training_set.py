@@ -24,12 +24,20 @@ import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 from fluss_lake.training.feature_view import FeatureView
-from fluss_lake.training.history import BUCKET, CHANGE_TYPE, OFFSET, TIMESTAMP, VALUE_CHANGES, time_expr, time_unit
+from fluss_lake.training.history import (
+    BUCKET,
+    CHANGE_TYPE,
+    OFFSET,
+    TIMESTAMP,
+    VALUE_CHANGES,
+    time_expr,
+    time_unit,
+)
 
 if TYPE_CHECKING:
     import duckdb
 
-__all__ = ["training_set", "register_training_set"]
+__all__ = ["register_training_set", "training_set"]
 
 _INTERNAL = "__fl_"
 _ROW = "__fl_row"
@@ -205,7 +213,7 @@ def _join_committed(frame: pl.LazyFrame, ranked: pl.LazyFrame, view: FeatureView
     return located.join(ranked.drop(by_right), left_on=best, right_on=order, how="left", maintain_order="left")
 
 
-def register_training_set(con: "duckdb.DuckDBPyConnection", name: str, entities: Any,
+def register_training_set(con: duckdb.DuckDBPyConnection, name: str, entities: Any,
                           views: FeatureView | Sequence[FeatureView], *,
                           timestamp_column: str = "prediction_ts") -> pl.DataFrame:
     """Build a training set and register it in DuckDB as the view `name` (returns the same rows as polars).
@@ -235,7 +243,6 @@ def register_training_set(con: "duckdb.DuckDBPyConnection", name: str, entities:
             raise InvalidConfigError("entities must be a polars frame, a DuckDB relation or a SQL string")
         entities = to_polars()
     result = training_set(entities, views, timestamp_column=timestamp_column)
-    assert isinstance(result, pl.DataFrame) or isinstance(result, pl.LazyFrame)
     frame = result.collect() if isinstance(result, pl.LazyFrame) else result
     con.register(name, frame.to_arrow())
     return frame

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
 from hypothesis import strategies as st
 
-EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 VALUE_CHANGES = ("+I", "+U", "-D")
 
 
@@ -34,7 +34,7 @@ def histories(draw: Any, *, keys: int = 3, buckets: int = 2) -> list[dict[str, A
         clock[bucket] += step  # step 0: same commit time as the previous batch of this bucket
         ts = clock[bucket]
 
-        def emit(ct: str, image: dict[str, Any]) -> None:
+        def emit(ct: str, image: dict[str, Any], key: int = key, bucket: int = bucket, ts: int = ts) -> None:
             rows.append({"id": key, "v": image["v"], "ev": image["ev"], "__change_type": ct, "__bucket": bucket,
                          "__offset": offsets[bucket], "__timestamp": ts})
             offsets[bucket] += 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import duckdb
 import polars as pl
@@ -11,8 +11,6 @@ import pytest
 import fluss_lake as fl
 from fluss_lake.training import FeatureView, register_training_set, training_set
 from tests.training.conftest import at
-
-UTC = timezone.utc
 
 
 def hist(rows: list[tuple], *, extra: dict | None = None) -> pl.DataFrame:

@@ -4,13 +4,20 @@ before and after commit, duplicate and unknown entity rows, null keys and times)
 
 from __future__ import annotations
 
-import polars as pl
 from datetime import timedelta
+
+import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fluss_lake.training import FeatureView, state_as_of, training_set
-from tests.training.conftest import at, histories, history_frame, oracle_state, oracle_value
+from tests.training.conftest import (
+    at,
+    histories,
+    history_frame,
+    oracle_state,
+    oracle_value,
+)
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
