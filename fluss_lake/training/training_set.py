@@ -91,7 +91,7 @@ def training_set(entities: pl.DataFrame | pl.LazyFrame, views: FeatureView | Seq
     for i, view in enumerate(views):
         frame = _join_view(frame, schema, view, i, unit)
     out = frame.sort(_ROW).select(*schema.names(), *(n for v in views for n in v.output_names()))
-    return out.collect() if eager else out
+    return out.collect(engine="in-memory") if eager else out
 
 
 def _check_names(schema: pl.Schema, views: list[FeatureView], timestamp_column: str) -> None:
