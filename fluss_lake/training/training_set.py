@@ -183,15 +183,25 @@ def _in_log_order(history: pl.DataFrame, tn: str) -> pl.DataFrame:
 
     The as-of join needs each key's records sorted (ties: the later offset last). A key lives in one bucket, so
     a frame already in log order within every bucket (the live log, the lake's history table: any interleaving
-    of buckets) qualifies as it is; that check is one pass, and only other frames pay for a sort.
+    of buckets) qualifies as it is; that check is one pass. Other frames are sorted by offset alone (enough,
+    as commit times ascend with offsets in a bucket), or, if commit times go back within a bucket, by the
+    full ``(commit time, bucket, offset)`` order.
     """
-    zero = pl.lit(0, dtype=pl.Int64)
-    in_order = history.select(
-        ((pl.col(OFFSET).diff().fill_null(1) > zero) & (pl.col(tn).diff().cast(pl.Int64).fill_null(0) >= zero))
-        .over(BUCKET).all()).item() if history.height else True
-    if not in_order:
-        history = history.sort(tn, BUCKET, OFFSET)
+    if not _log_ordered(history, tn):
+        history = history.sort(OFFSET)  # one integer column: log order within every bucket, buckets interleaved
+        if not _log_ordered(history, tn):  # commit times go back somewhere: fall back to the full tie order
+            history = history.sort(tn, BUCKET, OFFSET)
     return history.drop(BUCKET, OFFSET)
+
+
+def _log_ordered(history: pl.DataFrame, tn: str) -> bool:
+    """Whether, within every bucket, offsets ascend and commit times never decrease in frame order."""
+    if not history.height:
+        return True
+    zero = pl.lit(0, dtype=pl.Int64)
+    return bool(history.select(
+        ((pl.col(OFFSET).diff().fill_null(1) > zero) & (pl.col(tn).diff().cast(pl.Int64).fill_null(0) >= zero))
+        .over(BUCKET).all()).item())
 
 
 def _join_committed(frame: pl.LazyFrame, ranked: pl.LazyFrame, view: FeatureView, i: int, by_left: list[str],

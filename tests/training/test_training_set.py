@@ -54,6 +54,13 @@ def test_equal_timestamps_order_by_offset_and_before_images_are_ignored():
     assert values(ents([(1, 5), (2, 5), (1, 4)]), view) == [2, None, None]
 
 
+def test_commit_times_going_back_within_a_bucket_follow_the_documented_order():
+    # not produced by fluss-lake writers (they never stamp a batch earlier than the previous one), but defined
+    h = hist([(1, 1, "+I", 0, 0, 5), (1, 1, "-U", 0, 1, 3), (1, 2, "+U", 0, 2, 3), (2, 7, "+I", 1, 0, 1)])
+    for frame in (h, h.reverse()):
+        assert values(ents([(1, 4), (1, 5), (1, 2), (2, 1)]), FeatureView(frame, keys=["id"])) == [2, 1, None, 7]
+
+
 def test_before_image_never_wins_even_when_it_is_the_latest_record():
     h = hist([(1, 1, "+I", 0, 0, 1), (1, 99, "-U", 0, 1, 2), (1, 2, "+U", 0, 2, 3)])
     assert values(ents([(1, 2)]), FeatureView(h, keys=["id"])) == [1]
