@@ -165,7 +165,7 @@ def _join_view(frame: pl.LazyFrame, schema: pl.Schema, view: FeatureView, i: int
         ranked = (history.select(*right_keys, pl.col(CHANGE_TYPE).alias(ct), effective.alias(tn),
                                  commit.alias(f"{tn}c"), *values, BUCKET, OFFSET)
                   .filter(pl.col(tn).is_not_null())
-                  .sort(tn, f"{tn}c", BUCKET, OFFSET).drop(BUCKET, OFFSET))
+                  .sort(tn, f"{tn}c", OFFSET).drop(BUCKET, OFFSET))  # within a key: the full tie order
         if not view.committed_only:
             joined = frame.join_asof(ranked.with_columns(pl.col(tn).alias(f"{tn}on")), left_on=_TS,
                                      right_on=f"{tn}on", by_left=by_left, by_right=by_right, check_sortedness=False)
@@ -183,14 +183,11 @@ def _in_log_order(history: pl.DataFrame, tn: str) -> pl.DataFrame:
 
     The as-of join needs each key's records sorted (ties: the later offset last). A key lives in one bucket, so
     a frame already in log order within every bucket (the live log, the lake's history table: any interleaving
-    of buckets) qualifies as it is; that check is one pass. Other frames are sorted by offset alone (enough,
-    as commit times ascend with offsets in a bucket), or, if commit times go back within a bucket, by the
-    full ``(commit time, bucket, offset)`` order.
+    of buckets) qualifies as it is; that check is one pass. Other frames are sorted by (commit time, offset),
+    which within a key is the full ``(commit time, bucket, offset)`` order.
     """
-    if not _log_ordered(history, tn):
-        history = history.sort(OFFSET)  # one integer column: log order within every bucket, buckets interleaved
-        if not _log_ordered(history, tn):  # commit times go back somewhere: fall back to the full tie order
-            history = history.sort(tn, BUCKET, OFFSET)
+    if not (_log_ordered(history.head(4096), tn) and _log_ordered(history, tn)):  # the head fails fast
+        history = history.sort(tn, OFFSET)  # a key's records share one bucket: (time, offset) is its full order
     return history.drop(BUCKET, OFFSET)
 
 
