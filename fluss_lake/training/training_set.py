@@ -109,6 +109,9 @@ def _check_names(schema: pl.Schema, views: list[FeatureView], timestamp_column: 
             raise SchemaMismatchError(f"{view.label}: the entity frame lacks key column(s) {missing}; pass "
                                       "entity_keys= to name the entity columns matching the view's keys")
         for name in view.output_names():
+            if name.startswith(_INTERNAL):
+                raise InvalidConfigError(f"{view.label}: output column {name!r} uses the reserved prefix "
+                                         f"{_INTERNAL!r}; give the view another prefix=")
             if name in seen:
                 raise InvalidConfigError(f"{view.label}: output column {name!r} clashes with {seen[name]}; give the "
                                          "view a prefix= (e.g. 'customer__') or select fewer features")

@@ -140,6 +140,16 @@ def test_event_time_mode_on_a_live_table(tmp_store):
     assert training_set(e, FeatureView.from_table(rates, features=["rate"]))["rate"].to_list() == [1.0, 1.0, 2.0]
 
 
+def test_an_empty_table_gives_nulls_and_an_empty_state(tmp_store):
+    conn = fl.connect(tmp_store)
+    conn.create_database("d")
+    conn.create_table("d.t", schema={"k": "INT", "v": "STRING"}, primary_key=["k"], bucket_num=3)
+    t = conn.get_table("d.t")
+    out = training_set(pl.DataFrame({"k": [1, 2], "prediction_ts": [ms(0), ms(1)]}), FeatureView.from_table(t))
+    assert out["v"].to_list() == [None, None]
+    assert state_as_of(t).collect().shape == (0, 2)
+
+
 def test_reads_change_nothing_and_bad_sources_are_refused(shop):
     conn, customer, spend, _, _ = shop
     before = {t.path: (t.end_offsets(), t.to_polars().sort("id")) for t in (customer, spend)}

@@ -188,6 +188,7 @@ def test_prediction_times_in_other_zones_and_naive_times_are_utc():
     (lambda e, h: training_set(e.with_columns(__fl_row=1), FeatureView(h, keys=["id"])),
      fl.SchemaMismatchError, "reserved"),
     (lambda e, h: training_set(e, []), fl.InvalidConfigError, "FeatureView"),
+    (lambda e, h: training_set(e, FeatureView(h, keys=["id"], prefix="__fl_t0")), fl.InvalidConfigError, "reserved"),
     (lambda e, h: training_set(e.to_dicts(), FeatureView(h, keys=["id"])), fl.InvalidConfigError, "DataFrame"),
     (lambda e, h: FeatureView(h.drop("__offset"), keys=["id"]), fl.SchemaMismatchError, "__offset"),
     (lambda e, h: FeatureView(h, keys=["nope"]), fl.SchemaMismatchError, "nope"),
