@@ -105,6 +105,18 @@ def log_decisions(log: Table, decisions: pl.DataFrame | Sequence[Mapping[str, An
 
     ``entity``/``features`` may be dicts, struct columns (JSON-encoded, vectorized) or JSON strings; a missing
     or null ``decision_ts`` is the connection's clock now. Bad rows reject the whole batch and append nothing.
+
+    Examples
+    --------
+    >>> import tempfile, polars as pl, fluss_lake as fl
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("audit")
+    >>> log = create_decision_log(conn, "audit.decisions")
+    >>> batch = pl.DataFrame({"request_id": ["a", "b"], "features": [{"score": 0.1}, {"score": 0.7}],
+    ...                       "result": ["deny", "approve"]})
+    >>> log_decisions(log, batch).rows
+    2
+    >>> log.to_polars()["features"].to_list()
+    ['{"score":0.1}', '{"score":0.7}']
     """
     frame = _normalize(log, decisions)
     return log.append(frame)
