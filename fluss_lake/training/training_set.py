@@ -153,7 +153,7 @@ def _join_view(frame: pl.LazyFrame, schema: pl.Schema, view: FeatureView, i: int
     history = view.history.lazy().filter(pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES))
     values = [pl.col(f).alias(n) for f, n in zip(view.features or (), names, strict=True)]
     if view.event_time is None:
-        right = history.select(*right_keys, pl.col(CHANGE_TYPE).alias(ct), commit.alias(tn), *values,
+        right = history.select(*right_keys, (pl.col(CHANGE_TYPE) == "-D").alias(ct), commit.alias(tn), *values,
                                BUCKET, OFFSET)
         schema_out = right.collect_schema()
         schema_out = pl.Schema({c: d for c, d in schema_out.items() if c not in (BUCKET, OFFSET)})
@@ -165,7 +165,7 @@ def _join_view(frame: pl.LazyFrame, schema: pl.Schema, view: FeatureView, i: int
                           what=f"{view.label} event time column {view.event_time!r}")
         effective = (pl.when(pl.col(CHANGE_TYPE) == "-D").then(pl.max_horizontal(commit, event))
                      .otherwise(event))
-        ranked = (history.select(*right_keys, pl.col(CHANGE_TYPE).alias(ct), effective.alias(tn),
+        ranked = (history.select(*right_keys, (pl.col(CHANGE_TYPE) == "-D").alias(ct), effective.alias(tn),
                                  commit.alias(f"{tn}c"), *values, BUCKET, OFFSET)
                   .filter(pl.col(tn).is_not_null())
                   .sort(tn, f"{tn}c", OFFSET).drop(BUCKET, OFFSET))  # within a key: the full tie order
@@ -174,7 +174,7 @@ def _join_view(frame: pl.LazyFrame, schema: pl.Schema, view: FeatureView, i: int
                                      right_on=f"{tn}on", by_left=by_left, by_right=by_right, check_sortedness=False)
         else:
             joined = _join_committed(frame, ranked, view, i, by_left, by_right, tn)
-    valid = pl.col(ct).is_not_null() & (pl.col(ct) != "-D")
+    valid = pl.col(ct).not_()  # ct: "the record is a delete"; null when no record matched
     if view.ttl is not None:
         valid = valid & (pl.col(tn) >= pl.col(_TS) - pl.lit(view.ttl))
     masked = joined.with_columns(pl.when(valid).then(pl.col(n)).otherwise(None).alias(n) for n in names)
