@@ -34,6 +34,9 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "CorruptDataError",
+    # training sets, state as of a time, decision log
+    "IncompleteHistoryError",
+    "DecisionNotFoundError",
 ]
 
 
@@ -141,3 +144,13 @@ class StorageUnavailableError(StorageError):
 
 class CorruptDataError(StorageError):
     """A stored object could not be decoded; the store was changed outside fluss-lake."""
+
+
+# ---------------------------------------------------------------- training sets, state as of a time, decision log
+class IncompleteHistoryError(FlussLakeError):
+    """A table's history misses changes (the live log expired before the lake took them), so answers as of a
+    time would be wrong."""
+
+
+class DecisionNotFoundError(FlussLakeError, LookupError):
+    """A decision-log reconstruction asked for request ids the log does not hold."""

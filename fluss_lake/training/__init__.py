@@ -1,0 +1,32 @@
+"""Point-in-time training sets, state as of a time, and the decision log, on primary-key table history.
+
+The engine is pure Polars/Arrow: it reads *history frames* (a table's changelog with ``__change_type``,
+``__bucket``, ``__offset``, ``__timestamp``; see :mod:`fluss_lake.training.history`) from the lake's history
+table or from a live table's log, and never imports the lake library. ``docs/TRAINING.md`` has the rules.
+"""
+
+from fluss_lake.training.decision_log import (
+                                              DECISION_LOG_SCHEMA,
+                                              create_decision_log,
+                                              log_decision,
+                                              log_decisions,
+                                              reconstruct_decisions,
+)
+from fluss_lake.training.feature_view import FeatureView
+from fluss_lake.training.history import SYSTEM_COLUMNS, history_of
+from fluss_lake.training.state import state_as_of
+from fluss_lake.training.training_set import register_training_set, training_set
+
+__all__ = [
+                                              "DECISION_LOG_SCHEMA",
+                                              "SYSTEM_COLUMNS",
+                                              "FeatureView",
+                                              "create_decision_log",
+                                              "history_of",
+                                              "log_decision",
+                                              "log_decisions",
+                                              "reconstruct_decisions",
+                                              "register_training_set",
+                                              "state_as_of",
+                                              "training_set",
+]
