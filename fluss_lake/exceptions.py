@@ -30,6 +30,9 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "CorruptDataError",
+    "JobConflictError",
+    "JobStateError",
+    "JoinNotSupportedError",
 ]
 
 
@@ -121,3 +124,18 @@ class StorageUnavailableError(StorageError):
 
 class CorruptDataError(StorageError):
     """A stored object could not be decoded; the store was changed outside fluss-lake."""
+
+
+# ---------------------------------------------------------------- jobs (fluss_lake.jobs)
+class JobConflictError(FlussLakeError):
+    """Another instance of the same job committed a checkpoint first; run one instance per job name."""
+
+
+class JobStateError(FlussLakeError):
+    """A job's checkpoint does not fit its inputs any more (an input table was dropped and re-created)."""
+
+
+class JoinNotSupportedError(InvalidConfigError):
+    """A join cannot run as a delta join (and the stateful fallback was not chosen); the message says why."""
+
+

@@ -1,0 +1,195 @@
+"""Delta join: a join of primary-key tables whose only operator state is the consumed offsets.
+
+Each step reads the keys of new changelog records of every input. For a batch of changed keys of one input it
+looks up their current rows (one batched lookup), probes each other input once per join edge (a batched lookup
+or prefix lookup by the join key) and so grows whole joined tuples; live tuples become upserts into the result
+table and the result keys of every other tuple the changed keys took part in become deletes. That covers
+inserts, updates, deletes and the null-padded rows of LEFT joins with no per-row Python code.
+
+Why retractions are complete without state: join keys are index columns, hence primary-key columns that never
+change. A joined row whose partner was deleted too is still found because the probe of each side also returns
+the keys of rows changed in the changelog not yet consumed (they are read before the probes, and again if a
+writer committed while probing), so a pair deleted on both sides is retracted by whichever change comes first.
+Everything written is an upsert or delete of the result key, so repeating a step after a crash is harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError
+from fluss_lake.jobs._expansion import emit, expand
+from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
+from fluss_lake.jobs.job import Job, JobReport, default_job_name
+
+if TYPE_CHECKING:
+    from fluss_lake.table import Table
+
+__all__ = ["DeltaJoin", "write_changes"]
+
+_MAX_RACE_ROUNDS = 50
+
+
+def write_changes(result: "Table", upserts: pl.DataFrame, deletes: pl.DataFrame) -> None:
+    """Upserts and deletes of distinct result keys as one write batch per bucket."""
+    if not upserts.height and not deletes.height:
+        return
+    writer = result.new_upsert()
+    if upserts.height:
+        writer.upsert(upserts)
+    if deletes.height:
+        writer.delete(deletes)
+    writer.flush()
+
+
+class DeltaJoin(Job):
+    """A zero-state join of primary-key tables into a primary-key result table (two-way or multi-way).
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl
+    >>> from fluss_lake.jobs import DeltaJoin, Join
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("shop")
+    >>> _ = conn.create_table("shop.orders", schema={"cid": "INT", "oid": "INT", "amount": "INT"},
+    ...                       primary_key=["cid", "oid"], bucket_keys=["cid"])
+    >>> _ = conn.create_table("shop.customers", schema={"cid": "INT", "name": "STRING"}, primary_key=["cid"])
+    >>> _ = conn.create_table("shop.view", schema={"cid": "INT", "oid": "INT", "amount": "INT", "name": "STRING"},
+    ...                       primary_key=["cid", "oid"])
+    >>> orders, customers = conn.get_table("shop.orders"), conn.get_table("shop.customers")
+    >>> job = DeltaJoin(conn.get_table("shop.view"), {"o": orders, "c": customers}, [Join("o", "c", ["cid"])])
+    >>> _ = orders.upsert([{"cid": 1, "oid": 10, "amount": 5}]); _ = customers.upsert([{"cid": 1, "name": "ann"}])
+    >>> _ = job.run_once(); conn.get_table("shop.view").to_polars().to_dicts()
+    [{'cid': 1, 'oid': 10, 'amount': 5, 'name': 'ann'}]
+    >>> _ = customers.delete([{"cid": 1}]); _ = job.run_once(); conn.get_table("shop.view").to_polars().height
+    0
+    """
+
+    kind = "delta_join"
+
+    def __init__(self, result: "Table", inputs: Mapping[str, "Table"], joins: Sequence[Join], *,
+                 select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
+                 condition: pl.Expr | None = None, name: str | None = None, batch_rows: int = 100_000,
+                 start: str = "earliest") -> None:
+        self.plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
+        if self.plan.reasons:
+            raise JoinNotSupportedError("this join cannot run as a delta join:\n  - " + "\n  - ".join(self.plan.reasons)
+                                        + "\nuse fluss_lake.jobs.join(..., fallback='stateful') for a stateful join")
+        self.result = result
+        super().__init__(result.connection, name or default_job_name(self.kind, result, "join"), inputs,
+                         batch_rows=batch_rows, start=start)
+        self._keys: dict[str, pl.DataFrame] = {}
+        self._known: dict[str, dict[int, int]] = {}
+
+    def explain(self) -> Explanation:
+        """How this join runs (a delta join: which index each side is probed by)."""
+        return self.plan.explain("delta")
+
+    # ------------------------------------------------------------ probes
+    def _pk(self, alias: str) -> list[str]:
+        return list(self.inputs[alias].schema.primary_key)
+
+    def _fetch(self, alias: str, probe: tuple[str, ...], keys: pl.DataFrame) -> pl.DataFrame:
+        """Current rows of `alias` matching the keys (live flag set), plus changed-but-absent keys (not live)."""
+        table = self.inputs[alias]
+        pk = self._pk(alias)
+        needed = self.plan.needed[alias]
+        schema = table.schema.polars_schema
+        keys = keys.with_columns([pl.col(c).cast(schema[c]) for c in keys.columns])
+        if not keys.height:
+            rows = pl.DataFrame(schema={c: schema[c] for c in needed})
+        elif list(probe) == pk:
+            found = table.new_lookup().lookup(keys.select(pk), with_found=True).filter(pl.col("_found"))
+            rows = found.select(needed)
+        else:
+            rows = table.prefix_lookup(keys.select(list(probe))).select(needed)
+        rows = self.plan.live(alias, rows)
+        known = self._keys.get(alias)
+        if known is not None and known.height and keys.height:
+            dead = known.join(keys, on=list(probe), how="semi").join(rows.select(pk), on=pk, how="anti")
+            if dead.height:
+                rows = pl.concat([rows, dead.with_columns(pl.lit(False).alias(LIVE))], how="diagonal")
+        return rows
+
+    def _seeds(self, alias: str, keys: pl.DataFrame) -> pl.DataFrame:
+        """Current rows of the changed keys (absent ones: key only, not live)."""
+        table = self.inputs[alias]
+        rows = table.new_lookup().lookup(keys, with_found=True)
+        found = rows.get_column("_found")
+        return self.plan.live(alias, rows.select(self.plan.needed[alias]), found)
+
+    # ------------------------------------------------------------ steps
+    def _read_keys(self, alias: str, ranges: Mapping[int, tuple[int, int]]) -> pl.DataFrame:
+        pk = self._pk(alias)
+        if not ranges:
+            return pl.DataFrame(schema={"_bucket": pl.Int32, "_offset": pl.Int64,
+                                        **{c: self.inputs[alias].schema.polars_schema[c] for c in pk}})
+        return self._read(alias, ranges, pk).select("_bucket", "_offset", *pk)
+
+    def _catch_up_keys(self) -> bool:
+        """Read keys committed since we last looked (after probing); True if there were any."""
+        grew = False
+        for alias, table in self.inputs.items():
+            ends = table.end_offsets()
+            known = self._known[alias]
+            extra = {b: (known[b], e) for b, e in ends.items() if e > known[b]}
+            if extra:
+                starts = dict(known)
+                stops = dict(known)
+                for b, (s, e) in extra.items():
+                    starts[b], stops[b] = s, e
+                rows = table.scan_log(start_offsets=starts, end_offsets=stops, columns=self._pk(alias))
+                self._keys[alias] = pl.concat([self._keys[alias], rows.select(self._pk(alias))]).unique()
+                self._known[alias] = {**known, **{b: e for b, (_, e) in extra.items()}}
+                grew = grew or rows.height > 0
+        return grew
+
+    def _step(self) -> JobReport | None:
+        backlog: dict[str, pl.DataFrame] = {}
+        ranges_of: dict[str, dict[int, tuple[int, int]]] = {}
+        for alias in self.inputs:
+            ranges_of[alias] = self._ranges(alias, budget=1 << 62)
+            backlog[alias] = self._read_keys(alias, ranges_of[alias])
+        if not any(ranges_of.values()):
+            return None
+        self._keys = {a: f.select(self._pk(a)).unique() for a, f in backlog.items()}
+        self._known = {a: {**self.offsets(a), **{b: r[1] for b, r in ranges_of[a].items()}} for a in self.inputs}
+        upserted = deleted = steps = 0
+        for alias in self.inputs:
+            ranges = ranges_of[alias]
+            if not ranges:
+                continue
+            frame = backlog[alias]
+            pk = self._pk(alias)
+            chunks = max((frame.height + self.batch_rows - 1) // self.batch_rows, 1)
+            for i in range(chunks):
+                chunk = frame.slice(i * self.batch_rows, self.batch_rows)
+                if chunk.height:
+                    ups, dels = self._process(alias, chunk.select(pk).unique(maintain_order=True))
+                    write_changes(self.result, ups, dels)
+                    upserted += ups.height
+                    deleted += dels.height
+                if i == chunks - 1:
+                    consumed = {b: r[1] for b, r in ranges.items()}
+                else:
+                    last = chunk.group_by("_bucket").agg(pl.col("_offset").max())
+                    consumed = {int(b): int(o) + 1 for b, o in last.iter_rows()}
+                    first = int(chunk.get_column("_bucket")[-1])
+                    consumed.update({b: r[1] for b, r in ranges.items() if b < first})
+                self._advance({alias: consumed})
+                self._save()
+                steps += 1
+        records = sum(f.height for f in backlog.values())
+        return JobReport(steps=steps, records_read=records, rows_upserted=upserted, rows_deleted=deleted)
+
+    def _process(self, alias: str, keys: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Upserts and deletes for a batch of changed keys of one input."""
+        for _ in range(_MAX_RACE_ROUNDS):
+            seeds = self._seeds(alias, keys)
+            tuples = expand(self.plan, alias, seeds, self._fetch, index_probes=True)
+            if not self._catch_up_keys():  # nobody committed while we probed: the probes saw a consistent picture
+                return emit(self.plan, tuples)
+        raise CommitConflictError(f"job {self.name!r}: inputs kept changing while probing {_MAX_RACE_ROUNDS} times; "
+                                  "run the job again")
