@@ -16,7 +16,7 @@ import polars as pl
 
 from fluss_lake.jobs.join_plan import LIVE, Edge, JoinPlan
 
-__all__ = ["expand", "emit", "TUPLE_LIVE"]
+__all__ = ["TUPLE_LIVE", "emit", "expand"]
 
 TUPLE_LIVE = "__tuple_live"
 Fetch = Callable[[str, tuple[str, ...], pl.DataFrame], pl.DataFrame]

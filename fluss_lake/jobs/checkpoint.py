@@ -21,7 +21,7 @@ from fluss_lake.metadata.table_path import check_name
 if TYPE_CHECKING:
     from fluss_lake.catalog import Connection
 
-__all__ = ["Checkpoint", "CheckpointStore", "BucketOffsets"]
+__all__ = ["BucketOffsets", "Checkpoint", "CheckpointStore"]
 
 #: (partition name or None, bucket) -> next offset to consume
 BucketOffsets = dict[tuple[str | None, int], int]
@@ -46,7 +46,7 @@ class Checkpoint:
                             for alias, offs in self.offsets.items()}}
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> "Checkpoint":
+    def from_json(cls, body: dict[str, Any]) -> Checkpoint:
         offsets = {alias: {(p, int(b)): int(o) for p, b, o in rows} for alias, rows in body["offsets"].items()}
         return cls(int(body["number"]), body["job_uid"], offsets, dict(body["table_ids"]), dict(body.get("extra") or {}))
 
@@ -58,7 +58,7 @@ class Checkpoint:
 class CheckpointStore:
     """The checkpoints of one job in a connection's store."""
 
-    def __init__(self, connection: "Connection", name: str) -> None:
+    def __init__(self, connection: Connection, name: str) -> None:
         self.store = connection.store
         self.name = check_name("job", name)
         self.prefix = f"{_ROOT}/{name}"

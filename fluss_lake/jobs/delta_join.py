@@ -22,8 +22,8 @@ import polars as pl
 
 from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError
 from fluss_lake.jobs._expansion import emit, expand
-from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 from fluss_lake.jobs.job import Job, JobReport, default_job_name
+from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 
 if TYPE_CHECKING:
     from fluss_lake.table import Table
@@ -33,7 +33,7 @@ __all__ = ["DeltaJoin", "write_changes"]
 _MAX_RACE_ROUNDS = 50
 
 
-def write_changes(result: "Table", upserts: pl.DataFrame, deletes: pl.DataFrame) -> None:
+def write_changes(result: Table, upserts: pl.DataFrame, deletes: pl.DataFrame) -> None:
     """Upserts and deletes of distinct result keys as one write batch per bucket."""
     if not upserts.height and not deletes.height:
         return
@@ -69,7 +69,7 @@ class DeltaJoin(Job):
 
     kind = "delta_join"
 
-    def __init__(self, result: "Table", inputs: Mapping[str, "Table"], joins: Sequence[Join], *,
+    def __init__(self, result: Table, inputs: Mapping[str, Table], joins: Sequence[Join], *,
                  select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
                  condition: pl.Expr | None = None, name: str | None = None, batch_rows: int = 100_000,
                  start: str = "earliest") -> None:

@@ -39,7 +39,7 @@ class JobReport:
     seconds: float = 0.0
     offsets: dict[str, dict[int, int]] = field(default_factory=dict)
 
-    def combine(self, other: "JobReport") -> "JobReport":
+    def combine(self, other: JobReport) -> JobReport:
         return JobReport(self.steps + other.steps, self.records_read + other.records_read,
                          self.rows_upserted + other.rows_upserted, self.rows_deleted + other.rows_deleted,
                          self.rows_appended + other.rows_appended, self.seconds + other.seconds,
@@ -51,7 +51,7 @@ class Job:
 
     kind = "job"
 
-    def __init__(self, connection: "Connection", name: str, inputs: Mapping[str, "Table"], *,
+    def __init__(self, connection: Connection, name: str, inputs: Mapping[str, Table], *,
                  batch_rows: int = 100_000, start: str = "earliest") -> None:
         if batch_rows <= 0:
             raise InvalidConfigError(f"batch_rows={batch_rows}: must be positive")
@@ -75,7 +75,7 @@ class Job:
         self.checkpoint = loaded
 
     @staticmethod
-    def _start_offsets(table: "Table", start: str) -> BucketOffsets:
+    def _start_offsets(table: Table, start: str) -> BucketOffsets:
         ends = table.end_offsets() if start == "latest" else table.earliest_offsets()
         return {(None, b): o for b, o in ends.items()}
 
@@ -171,7 +171,7 @@ class Job:
         return f"<{type(self).__name__} {self.name!r} inputs={list(self.inputs)}>"
 
 
-def default_job_name(kind: str, target: "Table | None", fallback: str) -> str:
+def default_job_name(kind: str, target: Table | None, fallback: str) -> str:
     """A job name from its kind and result table (``delta_join-shop-orders_view``)."""
     base = f"{target.path.database}-{target.path.table}" if target is not None else fallback
     return f"{kind}-{base}"

@@ -15,10 +15,10 @@ from fluss_lake.jobs.stateful_join import StatefulJoin
 if TYPE_CHECKING:
     from fluss_lake.table import Table
 
-__all__ = ["join", "explain_join"]
+__all__ = ["explain_join", "join"]
 
 
-def explain_join(result: "Table", inputs: Mapping[str, "Table"], joins: Sequence[Join], *,
+def explain_join(result: Table, inputs: Mapping[str, Table], joins: Sequence[Join], *,
                  select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
                  condition: pl.Expr | None = None) -> Explanation:
     """Whether this join can run as a delta join, how each side would be probed, or why not.
@@ -43,7 +43,7 @@ def explain_join(result: "Table", inputs: Mapping[str, "Table"], joins: Sequence
     return plan.explain()
 
 
-def join(result: "Table", inputs: Mapping[str, "Table"], joins: Sequence[Join], *,
+def join(result: Table, inputs: Mapping[str, Table], joins: Sequence[Join], *,
          select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
          condition: pl.Expr | None = None, name: str | None = None, batch_rows: int = 100_000,
          start: str = "earliest", fallback: Literal["reject", "stateful"] = "reject") -> DeltaJoin | StatefulJoin:
@@ -51,7 +51,7 @@ def join(result: "Table", inputs: Mapping[str, "Table"], joins: Sequence[Join], 
     (``fallback="stateful"``, its ``explain()`` says why) or :class:`~fluss_lake.JoinNotSupportedError`."""
     if fallback not in ("reject", "stateful"):
         raise InvalidConfigError(f"fallback={fallback!r}: use 'reject' or 'stateful'")
-    options = dict(select=select, where=where, condition=condition, name=name, batch_rows=batch_rows, start=start)
+    options = {"select": select, "where": where, "condition": condition, "name": name, "batch_rows": batch_rows, "start": start}
     plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
     if not plan.reasons:
         return DeltaJoin(result, inputs, joins, **options)  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ from fluss_lake.exceptions import InvalidConfigError
 if TYPE_CHECKING:
     from fluss_lake.table import Table
 
-__all__ = ["Join", "JoinPlan", "Explanation", "Edge"]
+__all__ = ["Edge", "Explanation", "Join", "JoinPlan"]
 
 JoinType = Literal["inner", "left"]
 LIVE = "__live"
@@ -103,7 +103,7 @@ class Explanation:
         return "\n".join(lines)
 
 
-def _index_kind(table: "Table", columns: Sequence[str]) -> tuple[str | None, tuple[str, ...]]:
+def _index_kind(table: Table, columns: Sequence[str]) -> tuple[str | None, tuple[str, ...]]:
     """Which index of `table` the join columns contain: its primary key, its bucket-key prefix, or none."""
     if not table.is_primary_key_table:
         return None, ()
@@ -118,7 +118,7 @@ def _index_kind(table: "Table", columns: Sequence[str]) -> tuple[str | None, tup
 class JoinPlan:
     """The validated join: edges, qualified columns, result projection and key, delta eligibility."""
 
-    def __init__(self, inputs: Mapping[str, "Table"], joins: Sequence[Join], result: "Table", *,
+    def __init__(self, inputs: Mapping[str, Table], joins: Sequence[Join], result: Table, *,
                  select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
                  condition: pl.Expr | None = None) -> None:
         self.inputs = dict(inputs)

@@ -19,8 +19,8 @@ import polars as pl
 
 from fluss_lake.jobs._expansion import TUPLE_LIVE, emit, expand
 from fluss_lake.jobs.delta_join import write_changes
-from fluss_lake.jobs.join_plan import Explanation, Join, JoinPlan
 from fluss_lake.jobs.job import Job, JobReport, default_job_name
+from fluss_lake.jobs.join_plan import Explanation, Join, JoinPlan
 
 if TYPE_CHECKING:
     from fluss_lake.table import Table
@@ -52,7 +52,7 @@ class StatefulJoin(Job):
 
     kind = "stateful_join"
 
-    def __init__(self, result: "Table", inputs: Mapping[str, "Table"], joins: Sequence[Join], *,
+    def __init__(self, result: Table, inputs: Mapping[str, Table], joins: Sequence[Join], *,
                  select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
                  condition: pl.Expr | None = None, name: str | None = None, batch_rows: int = 100_000,
                  start: str = "earliest") -> None:
@@ -84,7 +84,7 @@ class StatefulJoin(Job):
         """Checkpoint plus the in-memory state of every input (grows with the inputs)."""
         return super().state_bytes() + sum(int(f.estimated_size()) for f in self._state.values())
 
-    def _fetch_from(self, state: dict[str, pl.DataFrame]):  # noqa: ANN202
+    def _fetch_from(self, state: dict[str, pl.DataFrame]):
         def fetch(alias: str, probe: tuple[str, ...], keys: pl.DataFrame) -> pl.DataFrame:
             frame = state[alias]
             keys = keys.with_columns([pl.col(c).cast(frame.schema[c]) for c in probe])

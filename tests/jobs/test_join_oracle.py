@@ -133,7 +133,7 @@ class _Harness:
         self.pending: list[tuple] = []
         self.job = self._new_job()
 
-    def _new_job(self):  # noqa: ANN202
+    def _new_job(self):
         case = self.case
         cls = DeltaJoin if self.kind == "delta" else StatefulJoin
         harness = self
@@ -178,7 +178,7 @@ class _Harness:
 
     def crash_before_checkpoint(self) -> None:
         """Run until a checkpoint commit fails after its step wrote results; a new job object replays the step."""
-        def boom(_checkpoint):  # noqa: ANN001, ANN202
+        def boom(_checkpoint):
             raise SimulatedCrash()
         self.job.checkpoints.commit = boom  # the store is fine; the process "dies" before the commit
         try:
