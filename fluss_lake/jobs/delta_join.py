@@ -165,6 +165,8 @@ class DeltaJoin(Job):
             pk = self._pk(alias)
             chunks = max((frame.height + self.batch_rows - 1) // self.batch_rows, 1)
             for i in range(chunks):
+                if self._budget is not None and steps >= self._budget:
+                    break
                 chunk = frame.slice(i * self.batch_rows, self.batch_rows)
                 if chunk.height:
                     ups, dels = self._process(alias, chunk.select(pk).unique(maintain_order=True))

@@ -73,6 +73,7 @@ class Job:
                                         "last checkpoint; its offsets mean nothing now. Call reset() to start over")
                 loaded.offsets.setdefault(alias, self._start_offsets(table, start))
         self.checkpoint = loaded
+        self._budget: int | None = None  # steps the current run_once may still take
 
     @staticmethod
     def _start_offsets(table: Table, start: str) -> BucketOffsets:
@@ -145,6 +146,7 @@ class Job:
         started = time.perf_counter()
         report = JobReport()
         while max_steps is None or report.steps < max_steps:
+            self._budget = None if max_steps is None else max_steps - report.steps
             step = self._step()
             if step is None:
                 break
