@@ -61,7 +61,6 @@ class StatefulJoin(Job):
         super().__init__(result.connection, name or default_job_name(self.kind, result, "join"), inputs,
                          batch_rows=batch_rows, start=start)
         self._state = self._load_state()
-        self._dirty = False
 
     def explain(self) -> Explanation:
         """Says this join keeps state, and why it could not run as a delta join (if it could not)."""
@@ -108,37 +107,38 @@ class StatefulJoin(Job):
         old = self._state
         new = dict(old)
         affected: dict[str, pl.DataFrame] = {}
+        seen: dict[str, pl.DataFrame] = {}  # old state plus every image of the step (what a lost attempt could use)
         for alias, frame in changes.items():
             pk = list(self.inputs[alias].schema.primary_key)
+            needed = self.plan.needed[alias]
             images = frame.filter(pl.col("_change_type") != "-U").unique(subset=pk, keep="last", maintain_order=True)
             keys = images.select(pk)
-            alive = images.filter(pl.col("_change_type") != "-D").select(self.plan.needed[alias])
+            alive = images.filter(pl.col("_change_type") != "-D").select(needed)
             new[alias] = pl.concat([old[alias].join(keys, on=pk, how="anti"), alive], how="vertical")
             affected[alias] = keys
+            seen[alias] = pl.concat([old[alias], frame.select(needed)], how="vertical").unique()
+        for alias in self.inputs:
+            seen.setdefault(alias, old[alias])
         parts = []
         for alias, keys in affected.items():
             pk = list(keys.columns)
-            before = self.plan.live(alias, old[alias].join(keys, on=pk, how="semi"))
+            before = self.plan.live(alias, seen[alias].join(keys, on=pk, how="semi"))
             after = self.plan.live(alias, new[alias].join(keys, on=pk, how="semi"))
-            retract = expand(self.plan, alias, before, self._fetch_from(old), index_probes=False)
+            retract = expand(self.plan, alias, before, self._fetch_from(seen), index_probes=False)
             parts.append(retract.with_columns(pl.lit(False).alias(TUPLE_LIVE)))
             parts.append(expand(self.plan, alias, after, self._fetch_from(new), index_probes=False))
         upserts, deletes = emit(self.plan, pl.concat(parts, how="diagonal_relaxed"))
         write_changes(self.result, upserts, deletes)
         self._state = new
         self._advance(consumed)
-        self._dirty = True
+        self._save_with_state()
         return JobReport(steps=1, records_read=records, rows_upserted=upserts.height, rows_deleted=deletes.height)
 
-    def run_once(self, *, max_steps: int | None = None) -> JobReport:
-        """Process what is available, then checkpoint the offsets together with the whole state."""
-        report = super().run_once(max_steps=max_steps)
-        if self._dirty:
-            self.save_checkpoint()
-        return report
+    def _save_with_state(self) -> None:
+        """Write the state (one Arrow IPC object per input) and a checkpoint naming it with the offsets.
 
-    def save_checkpoint(self) -> None:
-        """Write the state (one Arrow IPC object per input) and a checkpoint naming it with the offsets."""
+        Every step is checkpointed: a step repeated after a crash then starts from the state the lost attempt
+        started from, and retracting from that state plus every image of the step covers what it wrote."""
         number = self.checkpoint.number + 1
         names = {}
         for alias, frame in self._state.items():
@@ -147,4 +147,3 @@ class StatefulJoin(Job):
             names[alias] = self.checkpoints.put_attachment(number, alias, sink.getvalue())
         self._advance({}, extra={"state": names})
         self._save()
-        self._dirty = False
