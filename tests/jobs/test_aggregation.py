@@ -60,7 +60,7 @@ def _crash_after_write(job: Aggregation) -> None:
                         min_size=1, max_size=6),
        crashes=st.lists(st.booleans(), min_size=6, max_size=6))
 def test_result_equals_batch_group_by_with_crashes(batches, crashes) -> None:
-    conn, events, totals = _setup(tempfile.mkdtemp(prefix="agg-"))
+    _conn, events, totals = _setup(tempfile.mkdtemp(prefix="agg-"))
     job = _job(totals, events)
     for batch, crash in zip(batches, crashes):
         events.append([{"g": g, "v": v} for g, v in batch])

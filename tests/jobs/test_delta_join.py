@@ -54,7 +54,7 @@ def test_restart_in_a_new_process_resumes_from_the_checkpoint(tmp_path) -> None:
                         [Join("o", "c", ["cid"], how="left")], batch_rows=16)
         print(job.run_once(max_steps=3).steps)
     """)
-    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=REPO,
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=REPO, check=False,
                          env={"PYTHONPATH": str(REPO)}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "3"
@@ -71,7 +71,7 @@ def test_restart_in_a_new_process_resumes_from_the_checkpoint(tmp_path) -> None:
 
 def test_a_second_instance_of_a_job_is_stopped(tmp_path) -> None:
     conn = fl.connect(str(tmp_path))
-    orders, customers, view = _tables(conn)
+    orders, _customers, _view = _tables(conn)
     first, second = _job(conn), _job(conn)
     orders.upsert([{"cid": 1, "oid": 1, "amount": 1}])
     first.run_once()
@@ -81,7 +81,7 @@ def test_a_second_instance_of_a_job_is_stopped(tmp_path) -> None:
 
 def test_input_recreated_since_the_checkpoint(tmp_path) -> None:
     conn = fl.connect(str(tmp_path))
-    orders, customers, view = _tables(conn)
+    orders, _customers, _view = _tables(conn)
     orders.upsert([{"cid": 1, "oid": 1, "amount": 1}])
     _job(conn).run_once()
     conn.drop_table("shop.customers")
@@ -181,7 +181,7 @@ def test_bad_joins_are_rejected_and_change_nothing(tmp_path) -> None:
 def test_delta_join_on_s3(s3_url) -> None:
     url, options = s3_url
     conn = fl.connect(url, storage_options=options)
-    orders, customers, view = _tables(conn)
+    orders, customers, _view = _tables(conn)
     orders.upsert([{"cid": c, "oid": o, "amount": o} for c in range(4) for o in range(3)])
     customers.upsert([{"cid": c, "name": f"c{c}"} for c in range(3)])
     _job(conn, batch_rows=5).run_once(max_steps=1)
