@@ -20,7 +20,7 @@ import polars as pl
 from fluss_lake.jobs._expansion import TUPLE_LIVE, emit, expand
 from fluss_lake.jobs.delta_join import write_changes
 from fluss_lake.jobs.job import Job, JobReport, default_job_name
-from fluss_lake.jobs.join_plan import Explanation, Join, JoinPlan
+from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 
 if TYPE_CHECKING:
     from fluss_lake.table import Table
@@ -83,11 +83,16 @@ class StatefulJoin(Job):
         """Checkpoint plus the in-memory state of every input (grows with the inputs)."""
         return super().state_bytes() + sum(int(f.estimated_size()) for f in self._state.values())
 
-    def _fetch_from(self, state: dict[str, pl.DataFrame]):
+    def _fetch_from(self, state: dict[str, pl.DataFrame], images: dict[str, pl.DataFrame] | None = None):
+        """A probe of the state (a hash join on any columns), plus the step's images when retracting."""
         def fetch(alias: str, probe: tuple[str, ...], keys: pl.DataFrame) -> pl.DataFrame:
             frame = state[alias]
             keys = keys.with_columns([pl.col(c).cast(frame.schema[c]) for c in probe])
-            return self.plan.live(alias, frame.join(keys, on=list(probe), how="semi"))
+            rows = frame.join(keys, on=list(probe), how="semi")
+            extra = (images or {}).get(alias)
+            if extra is not None and extra.height:
+                rows = pl.concat([rows, extra.join(keys, on=list(probe), how="semi")], how="vertical").unique()
+            return self.plan.live(alias, rows)
         return fetch
 
     # ------------------------------------------------------------ steps
@@ -107,7 +112,7 @@ class StatefulJoin(Job):
         old = self._state
         new = dict(old)
         affected: dict[str, pl.DataFrame] = {}
-        seen: dict[str, pl.DataFrame] = {}  # old state plus every image of the step (what a lost attempt could use)
+        images_of: dict[str, pl.DataFrame] = {}  # every image of the step: what a lost attempt of it could have used
         for alias, frame in changes.items():
             pk = list(self.inputs[alias].schema.primary_key)
             needed = self.plan.needed[alias]
@@ -116,15 +121,17 @@ class StatefulJoin(Job):
             alive = images.filter(pl.col("_change_type") != "-D").select(needed)
             new[alias] = pl.concat([old[alias].join(keys, on=pk, how="anti"), alive], how="vertical")
             affected[alias] = keys
-            seen[alias] = pl.concat([old[alias], frame.select(needed)], how="vertical").unique()
-        for alias in self.inputs:
-            seen.setdefault(alias, old[alias])
+            images_of[alias] = frame.select(needed).unique()
         parts = []
         for alias, keys in affected.items():
             pk = list(keys.columns)
-            before = self.plan.live(alias, seen[alias].join(keys, on=pk, how="semi"))
-            after = self.plan.live(alias, new[alias].join(keys, on=pk, how="semi"))
-            retract = expand(self.plan, alias, before, self._fetch_from(seen), index_probes=False)
+            before = self.plan.live(alias, pl.concat([old[alias].join(keys, on=pk, how="semi"), images_of[alias]],
+                                                     how="vertical").unique())
+            present = new[alias].join(keys, on=pk, how="semi")
+            gone = keys.join(present.select(pk), on=pk, how="anti").with_columns(pl.lit(False).alias(LIVE))
+            # deleted keys stay as (not live) seeds: the left side of a LEFT join gets its null-padded row back
+            after = pl.concat([self.plan.live(alias, present), gone], how="diagonal")
+            retract = expand(self.plan, alias, before, self._fetch_from(old, images_of), index_probes=False)
             parts.append(retract.with_columns(pl.lit(False).alias(TUPLE_LIVE)))
             parts.append(expand(self.plan, alias, after, self._fetch_from(new), index_probes=False))
         upserts, deletes = emit(self.plan, pl.concat(parts, how="diagonal_relaxed"))

@@ -114,6 +114,8 @@ BOTH_DELETED = [("upsert", 0, 0, 0, 1), ("upsert", 1, 0, 0, 2), ("run", 0, 0, 0,
                 ("delete", 1, 0, 0, 0)]
 DELETED_WHILE_PROBING = [("upsert", 0, 0, 0, 1), ("upsert", 1, 0, 0, 2), ("run", 0, 0, 0, 0), ("delete", 0, 0, 0, 0),
                          ("concurrent", 1, 0, 0, -1)]
+#: the right side of a LEFT join loses its row: the left row must come back null-padded
+RIGHT_SIDE_DELETED = [("upsert", 0, 0, 0, 0), ("upsert", 1, 0, 0, 0), ("run", 0, 0, 0, 0), ("delete", 1, 0, 0, 0)]
 
 
 class _Harness:
@@ -226,6 +228,7 @@ def _run(case: Case, kind: str, ops: list[tuple]) -> None:
 @given(ops=OPS)
 @example(ops=BOTH_DELETED)
 @example(ops=DELETED_WHILE_PROBING)
+@example(ops=RIGHT_SIDE_DELETED)
 def test_delta_join_equals_batch_join(name: str, ops: list[tuple]) -> None:
     _run(CASES[name], "delta", ops)
 
@@ -234,5 +237,6 @@ def test_delta_join_equals_batch_join(name: str, ops: list[tuple]) -> None:
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
 @example(ops=BOTH_DELETED)
+@example(ops=RIGHT_SIDE_DELETED)
 def test_stateful_join_equals_batch_join(name: str, ops: list[tuple]) -> None:
     _run(CASES[name], "stateful", ops)

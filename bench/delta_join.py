@@ -1,0 +1,142 @@
+"""Delta join against the stateful (symmetric hash) join on the same inputs, at two sizes per side.
+
+Inputs: ``orders`` (primary key ``(cid, oid)``, bucket key ``cid``: a prefix index) and ``customers`` (primary
+key ``cid``), ``--rows`` rows each (and a tenth of that as the small size), 4 buckets; the join
+``orders LEFT JOIN customers ON cid`` writes a 6-column result table. Each contender runs in its own fresh
+process (clean peak memory), from an empty checkpoint over the whole changelog, then a second process restarts it
+(open the job from its checkpoint and run once with nothing new). Cases:
+
+- operator state bytes after the run (delta: the checkpoint of offsets; stateful: checkpoint + state frames);
+- peak anonymous memory (``RssAnon`` sampled in the child, whole process);
+- result rows/s (rows of the result table / seconds of ``run_once``);
+- restart seconds (constructor + ``run_once`` in a new process).
+
+Run ``python -m bench.delta_join [--quick] [--rows N] [--repeats K]``.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+import fluss_lake as fl
+from bench._common import (Reporter, Result, RssSampler, Target, bench_args, fmt_size, log, median, run_child,
+                           temp_store_dir)
+
+BENCH = "delta_join"
+FULL_ROWS = 1_000_000
+QUICK_ROWS = 20_000
+BATCH_ROWS = 100_000
+WRITE_ROWS = 100_000
+
+
+def _setup(path: str, rows: int, seed: int = 7) -> None:
+    """Create and fill the inputs (customers 0..rows-1 with a tenth missing; orders on random customers)."""
+    conn = fl.connect(path)
+    conn.create_database("bench")
+    conn.create_table("bench.orders", schema={"cid": "BIGINT", "oid": "BIGINT", "amount": "DOUBLE", "note": "STRING"},
+                      primary_key=["cid", "oid"], bucket_keys=["cid"], bucket_num=4)
+    conn.create_table("bench.customers", schema={"cid": "BIGINT", "name": "STRING", "tier": "INT"},
+                      primary_key=["cid"], bucket_num=4)
+    rng = np.random.default_rng(seed)
+    orders, customers = conn.get_table("bench.orders"), conn.get_table("bench.customers")
+    for start in range(0, rows, WRITE_ROWS):
+        n = min(WRITE_ROWS, rows - start)
+        idx = np.arange(start, start + n)
+        orders.upsert(pl.DataFrame({"cid": rng.integers(0, rows, n), "oid": idx, "amount": rng.random(n),
+                                    "note": pl.Series(idx % 1000).cast(pl.String)}))
+        keep = idx[idx % 10 != 0]
+        customers.upsert(pl.DataFrame({"cid": keep, "name": pl.Series(keep).cast(pl.String),
+                                       "tier": (keep % 5).astype(np.int32)}))
+    orders.snapshot()  # as a running table would have (periodic KV snapshots): opening it maps segments
+    customers.snapshot()
+
+
+def _job(conn: fl.Connection, kind: str, result: str) -> Any:
+    from fluss_lake.jobs import DeltaJoin, Join, StatefulJoin
+
+    if not conn.table_exists(f"bench.{result}"):
+        conn.create_table(f"bench.{result}", schema={"cid": "BIGINT", "oid": "BIGINT", "amount": "DOUBLE",
+                                                     "note": "STRING", "name": "STRING", "tier": "INT"},
+                          primary_key=["cid", "oid"], bucket_num=4, ignore_if_exists=True)
+    cls = DeltaJoin if kind == "delta" else StatefulJoin
+    return cls(conn.get_table(f"bench.{result}"), {"o": conn.get_table("bench.orders"),
+                                                   "c": conn.get_table("bench.customers")},
+               [Join("o", "c", ["cid"], how="left")], name=result.replace("_", "-"), batch_rows=BATCH_ROWS)
+
+
+def child_run(payload: dict) -> dict:
+    """In a fresh process: run the job over the whole changelog; time, peak RssAnon, state bytes."""
+    gc.collect()
+    conn = fl.connect(payload["path"])
+    with RssSampler() as sampler:
+        start = time.perf_counter()
+        job = _job(conn, payload["kind"], payload["result"])
+        report = job.run_once()
+        seconds = time.perf_counter() - start
+    rows = conn.get_table(f"bench.{payload['result']}").to_polars(columns=["cid"]).height
+    return {"seconds": seconds, "peak_anon": sampler.peak, "state_bytes": job.state_bytes(), "result_rows": rows,
+            "records": report.records_read}
+
+
+def child_restart(payload: dict) -> dict:
+    """In a fresh process: open the job from its checkpoint and run once (nothing new to do)."""
+    conn = fl.connect(payload["path"])
+    start = time.perf_counter()
+    job = _job(conn, payload["kind"], payload["result"])
+    report = job.run_once()
+    return {"seconds": time.perf_counter() - start, "records": report.records_read}
+
+
+def _measure(path: str, rows: int, repeats: int) -> dict[str, dict[str, list[float]]]:
+    out: dict[str, dict[str, list[float]]] = {k: {} for k in ("delta", "stateful")}
+    for r in range(repeats):
+        for kind in ("delta", "stateful"):  # interleaved: ours, peer, ours, peer
+            payload = {"path": path, "kind": kind, "result": f"{kind}_view_{r}"}
+            run = run_child(BENCH, "child_run", payload)
+            restart = run_child(BENCH, "child_restart", payload)
+            assert restart["records"] == 0, restart
+            for key, value in (("seconds", run["seconds"]), ("peak_anon", run["peak_anon"]),
+                               ("state_bytes", run["state_bytes"]), ("rows_per_s", run["result_rows"] / run["seconds"]),
+                               ("restart_s", restart["seconds"]), ("result_rows", run["result_rows"])):
+                out[kind].setdefault(key, []).append(float(value))
+            log(f"  {kind} rows={rows:,} r{r}: {run['seconds']:.2f} s, peak RssAnon {fmt_size(run['peak_anon'])}, "
+                f"state {fmt_size(run['state_bytes'])}, restart {restart['seconds']:.3f} s")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = bench_args(BENCH, default_rows=FULL_ROWS, quick_rows=QUICK_ROWS, default_repeats=1, quick_repeats=1,
+                      argv=argv, description=__doc__)
+    reporter = Reporter(BENCH)
+    sizes = sorted({max(args.rows // 10, 1000), args.rows})
+    for rows in sizes:
+        with temp_store_dir(args.tmpdir) as path:
+            log(f"setup: {rows:,} rows per side")
+            _setup(path, rows)
+            m = _measure(path, rows, args.repeats)
+        d, s = m["delta"], m["stateful"]
+        assert median(d["result_rows"]) == median(s["result_rows"]) == rows
+        label = f"orders LEFT JOIN customers, {rows:,} rows per side"
+        peer = "stateful symmetric hash join"
+        big = rows == args.rows
+        reporter.add(Result(BENCH, f"{label}: operator state", "bytes", median(d["state_bytes"]), peer,
+                            median(s["state_bytes"]), False, rows, args.repeats))
+        reporter.add(Result(BENCH, f"{label}: peak RssAnon (own process)", "bytes", median(d["peak_anon"]), peer,
+                            median(s["peak_anon"]), False, rows, args.repeats,
+                            targets=(Target("ratio", ">=", 3, "<= 1/3 of the stateful join's"),) if big else ()))
+        reporter.add(Result(BENCH, f"{label}: result rows/s", "rows_per_s", median(d["rows_per_s"]), peer,
+                            median(s["rows_per_s"]), True, rows, args.repeats,
+                            targets=(Target("ratio", ">=", 1, ">= the stateful join's"),) if big else ()))
+        reporter.add(Result(BENCH, f"{label}: restart (new process, open + run_once)", "seconds",
+                            median(d["restart_s"]), peer, median(s["restart_s"]), False, rows, args.repeats,
+                            targets=(Target("value", "<=", 1.0, "<= 1 s"),) if big else ()))
+    reporter.finish()
+
+
+if __name__ == "__main__":
+    main()
