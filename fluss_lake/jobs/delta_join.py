@@ -121,69 +121,57 @@ class DeltaJoin(Job):
         return self.plan.live(alias, rows.select(self.plan.needed[alias]), found)
 
     # ------------------------------------------------------------ steps
-    def _read_keys(self, alias: str, ranges: Mapping[int, tuple[int, int]]) -> pl.DataFrame:
+    def _deleted_keys(self, alias: str, ranges: Mapping[int, tuple[int, int]]) -> pl.DataFrame:
+        """Keys with a delete record in the ranges (read in slices of ``batch_rows`` records).
+
+        A row absent when probed was deleted, and its ``-D`` record lies after the checkpoint; joined rows it took
+        part in are found through these keys even if its partner is gone too.
+        """
         pk = self._pk(alias)
-        if not ranges:
-            return pl.DataFrame(schema={"_bucket": pl.Int32, "_offset": pl.Int64,
-                                        **{c: self.inputs[alias].schema.polars_schema[c] for c in pk}})
-        return self._read(alias, ranges, pk).select("_bucket", "_offset", *pk)
+        parts = []
+        for bucket, (start, end) in ranges.items():
+            for lo in range(start, end, self.batch_rows):
+                rows = self._read(alias, {bucket: (lo, min(end, lo + self.batch_rows))}, pk)
+                parts.append(rows.filter(pl.col("_change_type") == "-D").select(pk))
+        schema = self.inputs[alias].schema.polars_schema
+        return pl.concat(parts).unique() if parts else pl.DataFrame(schema={c: schema[c] for c in pk})
 
     def _catch_up_keys(self) -> bool:
-        """Read keys committed since we last looked (after probing); True if there were any."""
+        """Read delete records committed since we last looked (after probing); True if there were any."""
         grew = False
         for alias, table in self.inputs.items():
-            ends = table.end_offsets()
             known = self._known[alias]
-            extra = {b: (known[b], e) for b, e in ends.items() if e > known[b]}
+            extra = {b: (known[b], e) for b, e in table.end_offsets().items() if e > known[b]}
             if extra:
-                starts = dict(known)
-                stops = dict(known)
-                for b, (s, e) in extra.items():
-                    starts[b], stops[b] = s, e
-                rows = table.scan_log(start_offsets=starts, end_offsets=stops, columns=self._pk(alias))
-                self._keys[alias] = pl.concat([self._keys[alias], rows.select(self._pk(alias))]).unique()
+                deleted = self._deleted_keys(alias, extra)
+                self._keys[alias] = pl.concat([self._keys[alias], deleted]).unique()
                 self._known[alias] = {**known, **{b: e for b, (_, e) in extra.items()}}
-                grew = grew or rows.height > 0
+                grew = grew or deleted.height > 0
         return grew
 
     def _step(self) -> JobReport | None:
-        backlog: dict[str, pl.DataFrame] = {}
-        ranges_of: dict[str, dict[int, tuple[int, int]]] = {}
-        for alias in self.inputs:
-            ranges_of[alias] = self._ranges(alias, budget=1 << 62)
-            backlog[alias] = self._read_keys(alias, ranges_of[alias])
-        if not any(ranges_of.values()):
+        ends = {alias: table.end_offsets() for alias, table in self.inputs.items()}
+        if not any(self._ranges(alias, 1 << 62, ends[alias]) for alias in self.inputs):
             return None
-        self._keys = {a: f.select(self._pk(a)).unique() for a, f in backlog.items()}
-        self._known = {a: {**self.offsets(a), **{b: r[1] for b, r in ranges_of[a].items()}} for a in self.inputs}
-        upserted = deleted = steps = 0
+        self._known = {a: dict(e) for a, e in ends.items()}
+        self._keys = {a: self._deleted_keys(a, self._ranges(a, 1 << 62, ends[a])) for a in self.inputs}
+        upserted = deleted = steps = records = 0
         for alias in self.inputs:
-            ranges = ranges_of[alias]
-            if not ranges:
-                continue
-            frame = backlog[alias]
             pk = self._pk(alias)
-            chunks = max((frame.height + self.batch_rows - 1) // self.batch_rows, 1)
-            for i in range(chunks):
-                if self._budget is not None and steps >= self._budget:
+            while self._budget is None or steps < self._budget:
+                ranges = self._ranges(alias, self.batch_rows, ends[alias])
+                if not ranges:
                     break
-                chunk = frame.slice(i * self.batch_rows, self.batch_rows)
-                if chunk.height:
-                    ups, dels = self._process(alias, chunk.select(pk).unique(maintain_order=True))
+                changes = self._read(alias, ranges, pk)
+                records += changes.height
+                if changes.height:
+                    ups, dels = self._process(alias, changes.select(pk).unique(maintain_order=True))
                     write_changes(self.result, ups, dels)
                     upserted += ups.height
                     deleted += dels.height
-                if i == chunks - 1:
-                    consumed = {b: r[1] for b, r in ranges.items()}
-                else:
-                    last = chunk.group_by("_bucket").agg(pl.col("_offset").max())
-                    consumed = {int(b): int(o) + 1 for b, o in last.iter_rows()}
-                    first = int(chunk.get_column("_bucket")[-1])
-                    consumed.update({b: r[1] for b, r in ranges.items() if b < first})
-                self._advance({alias: consumed})
+                self._advance({alias: {b: r[1] for b, r in ranges.items()}})
                 self._save()
                 steps += 1
-        records = sum(f.height for f in backlog.values())
         return JobReport(steps=steps, records_read=records, rows_upserted=upserted, rows_deleted=deleted)
 
     def _process(self, alias: str, keys: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

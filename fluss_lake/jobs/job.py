@@ -97,10 +97,12 @@ class Job:
         """Bytes of operator state this job keeps (a zero-state job: its checkpoint of offsets)."""
         return self.checkpoint.size_bytes()
 
-    def _ranges(self, alias: str, budget: int | None = None) -> dict[int, tuple[int, int]]:
-        """[start, end) per bucket with new records, at most `budget` records in all (whole buckets first)."""
+    def _ranges(self, alias: str, budget: int | None = None,
+                ends: Mapping[int, int] | None = None) -> dict[int, tuple[int, int]]:
+        """[start, end) per bucket with new records (up to the log ends, or `ends`), at most `budget` records in
+        all (whole buckets first)."""
         table = self.inputs[alias]
-        ends = table.end_offsets()
+        ends = table.end_offsets() if ends is None else ends
         budget = self.batch_rows if budget is None else budget
         out = {}
         for bucket, start in sorted(self.offsets(alias).items()):

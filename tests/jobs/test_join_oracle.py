@@ -112,7 +112,7 @@ OPS = st.lists(st.tuples(
 #: both partners of a joined row deleted before the job sees either delete; one deleted while the job probes
 BOTH_DELETED = [("upsert", 0, 0, 0, 1), ("upsert", 1, 0, 0, 2), ("run", 0, 0, 0, 0), ("delete", 0, 0, 0, 0),
                 ("delete", 1, 0, 0, 0)]
-DELETED_WHILE_PROBING = [("upsert", 0, 0, 0, 1), ("upsert", 1, 0, 0, 2), ("run", 0, 0, 0, 0), ("delete", 0, 0, 0, 0),
+DELETED_WHILE_PROBING = [("upsert", 0, 0, 0, 1), ("upsert", 1, 0, 0, 2), ("run", 0, 0, 1, 0), ("delete", 0, 0, 0, 0),
                          ("concurrent", 1, 0, 0, -1)]
 #: the right side of a LEFT join loses its row: the left row must come back null-padded
 RIGHT_SIDE_DELETED = [("upsert", 0, 0, 0, 0), ("upsert", 1, 0, 0, 0), ("run", 0, 0, 0, 0), ("delete", 1, 0, 0, 0)]
