@@ -24,8 +24,18 @@ import numpy as np
 import polars as pl
 
 import fluss_lake as fl
-from bench._common import (Reporter, Result, RssSampler, Target, bench_args, fmt_size, log, median, run_child,
-                           temp_store_dir)
+from bench._common import (
+    Reporter,
+    Result,
+    RssSampler,
+    Target,
+    bench_args,
+    fmt_size,
+    log,
+    median,
+    run_child,
+    temp_store_dir,
+)
 
 BENCH = "delta_join"
 FULL_ROWS = 1_000_000

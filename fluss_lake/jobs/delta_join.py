@@ -1,10 +1,12 @@
 """Delta join: a join of primary-key tables whose only operator state is the consumed offsets.
 
-Each step reads the keys of new changelog records of every input. For a batch of changed keys of one input it
-looks up their current rows (one batched lookup), probes each other input once per join edge (a batched lookup
-or prefix lookup by the join key) and so grows whole joined tuples; live tuples become upserts into the result
-table and the result keys of every other tuple the changed keys took part in become deletes. That covers
-inserts, updates, deletes and the null-padded rows of LEFT joins with no per-row Python code.
+Each step reads the keys of up to ``batch_rows`` new changelog records of every input. For the changed keys of an
+input it looks up their current rows (one batched lookup), probes each other input once per join edge (a batched
+lookup or prefix lookup by the join key) and so grows whole joined tuples; live tuples become upserts into the
+result table and the result keys of every other tuple the changed keys took part in become deletes. That covers
+inserts, updates, deletes and the null-padded rows of LEFT joins with no per-row Python code. A step writes once
+for all inputs (a joined row changed on both sides is written once); ``emit_per_input=True`` writes once per input
+instead, as Fluss's delta join does (each side's changes probe the other and emit: ``+I r, -U r, +U r``).
 
 Why retractions are complete without state: join keys are index columns, hence primary-key columns that never
 change. A joined row whose partner was deleted too is still found because the probe of each side also returns
@@ -48,6 +50,10 @@ def write_changes(result: Table, upserts: pl.DataFrame, deletes: pl.DataFrame) -
 class DeltaJoin(Job):
     """A zero-state join of primary-key tables into a primary-key result table (two-way or multi-way).
 
+    `inputs` maps aliases to tables (the first is the root of the join tree), `joins` attach the others;
+    `select` maps result columns to ``"alias.column"`` or expressions over qualified columns (default: by name),
+    `where` filters each input's rows, `condition` filters joined rows (INNER joins). See ``docs/JOBS.md``.
+
     Examples
     --------
     >>> import tempfile, fluss_lake as fl
@@ -72,8 +78,9 @@ class DeltaJoin(Job):
     def __init__(self, result: Table, inputs: Mapping[str, Table], joins: Sequence[Join], *,
                  select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
                  condition: pl.Expr | None = None, name: str | None = None, batch_rows: int = 100_000,
-                 start: str = "earliest") -> None:
+                 start: str = "earliest", emit_per_input: bool = False) -> None:
         self.plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
+        self.emit_per_input = emit_per_input
         if self.plan.reasons:
             raise JoinNotSupportedError("this join cannot run as a delta join:\n  - " + "\n  - ".join(self.plan.reasons)
                                         + "\nuse fluss_lake.jobs.join(..., fallback='stateful') for a stateful join")
@@ -156,30 +163,36 @@ class DeltaJoin(Job):
         self._known = {a: dict(e) for a, e in ends.items()}
         self._keys = {a: self._deleted_keys(a, self._ranges(a, 1 << 62, ends[a])) for a in self.inputs}
         upserted = deleted = steps = records = 0
-        for alias in self.inputs:
-            pk = self._pk(alias)
+        groups = [[a] for a in self.inputs] if self.emit_per_input else [list(self.inputs)]
+        for group in groups:
             while self._budget is None or steps < self._budget:
-                ranges = self._ranges(alias, self.batch_rows, ends[alias])
+                ranges = {a: self._ranges(a, self.batch_rows, ends[a]) for a in group}
+                ranges = {a: r for a, r in ranges.items() if r}
                 if not ranges:
                     break
-                changes = self._read(alias, ranges, pk)
-                records += changes.height
-                if changes.height:
-                    ups, dels = self._process(alias, changes.select(pk).unique(maintain_order=True))
+                keys = {}
+                for alias, r in ranges.items():
+                    pk = self._pk(alias)
+                    changes = self._read(alias, r, pk)
+                    records += changes.height
+                    if changes.height:
+                        keys[alias] = changes.select(pk).unique(maintain_order=True)
+                if keys:
+                    ups, dels = self._process(keys)
                     write_changes(self.result, ups, dels)
                     upserted += ups.height
                     deleted += dels.height
-                self._advance({alias: {b: r[1] for b, r in ranges.items()}})
+                self._advance({a: {b: span[1] for b, span in r.items()} for a, r in ranges.items()})
                 self._save()
                 steps += 1
         return JobReport(steps=steps, records_read=records, rows_upserted=upserted, rows_deleted=deleted)
 
-    def _process(self, alias: str, keys: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """Upserts and deletes for a batch of changed keys of one input."""
+    def _process(self, keys: Mapping[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Upserts and deletes for batches of changed keys (per input)."""
         for _ in range(_MAX_RACE_ROUNDS):
-            seeds = self._seeds(alias, keys)
-            tuples = expand(self.plan, alias, seeds, self._fetch, index_probes=True)
+            parts = [expand(self.plan, alias, self._seeds(alias, k), self._fetch, index_probes=True)
+                     for alias, k in keys.items()]
             if not self._catch_up_keys():  # nobody committed while we probed: the probes saw a consistent picture
-                return emit(self.plan, tuples)
+                return emit(self.plan, parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed"))
         raise CommitConflictError(f"job {self.name!r}: inputs kept changing while probing {_MAX_RACE_ROUNDS} times; "
                                   "run the job again")

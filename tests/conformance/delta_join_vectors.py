@@ -78,7 +78,7 @@ def run_result_case(conn: fl.Connection, case: dict, frame: Callable, check_chan
         assert write["op"] == "upsert"
         tables[write["table"]].upsert([write["row"]])
     plan = _plan(case, tables)
-    job = DeltaJoin(sink, {"l": tables["left"], "r": tables["right"]}, **plan)
+    job = DeltaJoin(sink, {"l": tables["left"], "r": tables["right"]}, **plan, emit_per_input=True)
     assert job.explain().delta
     job.run_once()
     dtypes = sink.schema.polars_schema

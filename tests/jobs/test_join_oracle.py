@@ -137,7 +137,7 @@ class _Harness:
 
     def _new_job(self):
         case = self.case
-        cls = DeltaJoin if self.kind == "delta" else StatefulJoin
+        cls = StatefulJoin if self.kind == "stateful" else DeltaJoin
         harness = self
 
         class Probing(cls):  # a writer commits while the job probes (test hook on the probe)
@@ -145,9 +145,12 @@ class _Harness:
                 harness._flush_concurrent()
                 return super()._fetch(*args, **kwargs)
 
-        job_cls = Probing if self.kind == "delta" else cls
-        return job_cls(self.result, self.tables, case.joins, select=case.select, where=case.where,
+        if self.kind == "stateful":
+            return cls(self.result, self.tables, case.joins, select=case.select, where=case.where,
                        condition=case.condition, name="oracle", batch_rows=3)
+        return Probing(self.result, self.tables, case.joins, select=case.select, where=case.where,
+                       condition=case.condition, name="oracle", batch_rows=3,
+                       emit_per_input=self.kind == "delta_per_input")
 
     def _flush_concurrent(self) -> None:
         pending, self.pending = self.pending, []
@@ -231,6 +234,14 @@ def _run(case: Case, kind: str, ops: list[tuple]) -> None:
 @example(ops=RIGHT_SIDE_DELETED)
 def test_delta_join_equals_batch_join(name: str, ops: list[tuple]) -> None:
     _run(CASES[name], "delta", ops)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS)
+@example(ops=BOTH_DELETED)
+@example(ops=DELETED_WHILE_PROBING)
+def test_delta_join_emitting_per_input_equals_batch_join(ops: list[tuple]) -> None:
+    _run(CASES["three_way"], "delta_per_input", ops)
 
 
 @pytest.mark.parametrize("name", ["inner_prefix_both", "left_many_to_one", "moving_join_key"])
