@@ -89,8 +89,9 @@ def emit(plan: JoinPlan, tuples: pl.DataFrame, exclude: pl.DataFrame | None = No
     """
     key = plan.result_key()
     projection = list(plan.projection.values())
-    upserts = tuples.filter(pl.col(TUPLE_LIVE)).select(projection).unique(subset=key, keep="last", maintain_order=True)
-    keys = tuples.select([plan.projection[k] for k in key]).drop_nulls().unique()
+    upserts = tuples.filter(pl.col(TUPLE_LIVE)).select(projection).unique(subset=key, keep="any")
+    # keys of live tuples are upserted anyway: only the others can need a delete
+    keys = tuples.filter(~pl.col(TUPLE_LIVE)).select([plan.projection[k] for k in key]).drop_nulls().unique()
     deletes = keys.join(upserts.select(key), on=key, how="anti", nulls_equal=True)
     if exclude is not None and exclude.height:
         deletes = deletes.join(exclude.select(key), on=key, how="anti", nulls_equal=True)

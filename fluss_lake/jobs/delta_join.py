@@ -176,7 +176,7 @@ class DeltaJoin(Job):
                     changes = self._read(alias, r, pk)
                     records += changes.height
                     if changes.height:
-                        keys[alias] = changes.select(pk).unique(maintain_order=True)
+                        keys[alias] = changes.select(pk).unique()
                 if keys:
                     ups, dels = self._process(keys)
                     write_changes(self.result, ups, dels)
