@@ -60,9 +60,11 @@ def test_restart_in_a_new_process_resumes_from_the_checkpoint(tmp_path) -> None:
     assert out.stdout.strip() == "3"
     job = _job(conn, batch_rows=16)  # resumes: the first three steps are not repeated
     assert job.checkpoint.number == 2 and sum(job.offsets("o").values()) == 48
+    assert job.lag()["o"] == 100 - 48  # records not consumed yet
     customers.delete([{"cid": 0}])
     customers.upsert([{"cid": 1, "name": "one"}])
     job.run_once()
+    assert job.lag() == {"o": 0, "c": 0}
     assert view.to_polars().sort("cid", "oid").equals(_want(orders, customers).select(view.schema.names))
     checkpoints = [n for n in conn.store.list(f".jobs/{job.name}") if n.startswith("ckpt-")]
     assert len(checkpoints) == 2  # restart reads one small object; the folder does not grow
