@@ -1,8 +1,8 @@
 """Delta join: a join of primary-key tables whose only operator state is the consumed offsets.
 
-Each step reads the keys of up to ``batch_rows`` new changelog records of every input. For the changed keys of an
-input it looks up their current rows (one batched lookup), probes each other input once per join edge (a batched
-lookup or prefix lookup by the join key) and so grows whole joined tuples; live tuples become upserts into the
+Each step reads up to ``batch_rows`` new changelog records of every input. From the last image of each changed
+key (a delete: a key that is gone) it probes each other input once per join edge (a batched lookup or prefix
+lookup of their current rows by the join key) and so grows whole joined tuples; live tuples become upserts into the
 result table and the result keys of every other tuple the changed keys took part in become deletes. That covers
 inserts, updates, deletes and the null-padded rows of LEFT joins with no per-row Python code. A step writes once
 for all inputs (a joined row changed on both sides is written once); ``emit_per_input=True`` writes once per input
@@ -120,12 +120,15 @@ class DeltaJoin(Job):
                 rows = pl.concat([rows, dead.with_columns(pl.lit(False).alias(LIVE))], how="diagonal")
         return rows
 
-    def _seeds(self, alias: str, keys: pl.DataFrame) -> pl.DataFrame:
-        """Current rows of the changed keys (absent ones: key only, not live)."""
-        table = self.inputs[alias]
-        rows = table.new_lookup().lookup(keys, with_found=True)
-        found = rows.get_column("_found")
-        return self.plan.live(alias, rows.select(self.plan.needed[alias]), found)
+    def _seeds(self, alias: str, changes: pl.DataFrame) -> pl.DataFrame:
+        """The last image of each changed key in a batch of changelog records (a delete: not live).
+
+        The image may be older than the current row; the later change is in the changelog and is processed
+        after this one, so the result converges without looking the rows up again."""
+        pk = self._pk(alias)
+        images = changes.filter(pl.col("_change_type") != "-U").unique(subset=pk, keep="last", maintain_order=True)
+        found = images.get_column("_change_type") != "-D"
+        return self.plan.live(alias, images.select(self.plan.needed[alias]), found)
 
     # ------------------------------------------------------------ steps
     def _deleted_keys(self, alias: str, ranges: Mapping[int, tuple[int, int]]) -> pl.DataFrame:
@@ -170,15 +173,14 @@ class DeltaJoin(Job):
                 ranges = {a: r for a, r in ranges.items() if r}
                 if not ranges:
                     break
-                keys = {}
+                seeds = {}
                 for alias, r in ranges.items():
-                    pk = self._pk(alias)
-                    changes = self._read(alias, r, pk)
+                    changes = self._read(alias, r, self.plan.needed[alias])
                     records += changes.height
                     if changes.height:
-                        keys[alias] = changes.select(pk).unique()
-                if keys:
-                    ups, dels = self._process(keys)
+                        seeds[alias] = self._seeds(alias, changes)
+                if seeds:
+                    ups, dels = self._process(seeds)
                     write_changes(self.result, ups, dels)
                     upserted += ups.height
                     deleted += dels.height
@@ -187,11 +189,10 @@ class DeltaJoin(Job):
                 steps += 1
         return JobReport(steps=steps, records_read=records, rows_upserted=upserted, rows_deleted=deleted)
 
-    def _process(self, keys: Mapping[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """Upserts and deletes for batches of changed keys (per input)."""
+    def _process(self, seeds: Mapping[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Upserts and deletes for batches of changed rows (per input)."""
         for _ in range(_MAX_RACE_ROUNDS):
-            parts = [expand(self.plan, alias, self._seeds(alias, k), self._fetch, index_probes=True)
-                     for alias, k in keys.items()]
+            parts = [expand(self.plan, alias, rows, self._fetch, index_probes=True) for alias, rows in seeds.items()]
             if not self._catch_up_keys():  # nobody committed while we probed: the probes saw a consistent picture
                 return emit(self.plan, parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed"))
         raise CommitConflictError(f"job {self.name!r}: inputs kept changing while probing {_MAX_RACE_ROUNDS} times; "
