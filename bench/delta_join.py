@@ -14,7 +14,7 @@ process (clean peak memory), from an empty checkpoint over the whole changelog, 
 For reading the memory figures, a third child only writes the same number of result rows in the same batch size
 into a new table (no join): the memory any join pays for maintaining its result table.
 
-Run ``python -m bench.delta_join [--quick] [--rows N] [--repeats K]``.
+Run ``python -m bench.delta_join [--quick] [--rows N] [--repeats K] [--batch-rows B]``.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _setup(path: str, rows: int, seed: int = 7) -> None:
     customers.snapshot()
 
 
-def _job(conn: fl.Connection, kind: str, result: str) -> Any:
+def _job(conn: fl.Connection, kind: str, result: str, batch_rows: int = BATCH_ROWS) -> Any:
     from fluss_lake.jobs import DeltaJoin, Join, StatefulJoin
 
     if not conn.table_exists(f"bench.{result}"):
@@ -79,7 +79,7 @@ def _job(conn: fl.Connection, kind: str, result: str) -> Any:
     cls = DeltaJoin if kind == "delta" else StatefulJoin
     return cls(conn.get_table(f"bench.{result}"), {"o": conn.get_table("bench.orders"),
                                                    "c": conn.get_table("bench.customers")},
-               [Join("o", "c", ["cid"], how="left")], name=result.replace("_", "-"), batch_rows=BATCH_ROWS)
+               [Join("o", "c", ["cid"], how="left")], name=result.replace("_", "-"), batch_rows=batch_rows)
 
 
 def child_run(payload: dict) -> dict:
@@ -88,7 +88,7 @@ def child_run(payload: dict) -> dict:
     conn = fl.connect(payload["path"])
     with RssSampler() as sampler:
         start = time.perf_counter()
-        job = _job(conn, payload["kind"], payload["result"])
+        job = _job(conn, payload["kind"], payload["result"], payload["batch_rows"])
         report = job.run_once()
         seconds = time.perf_counter() - start
     rows = conn.get_table(f"bench.{payload['result']}").to_polars(columns=["cid"]).height
@@ -108,8 +108,9 @@ def child_floor(payload: dict) -> dict:
     rng = np.random.default_rng(3)
     rows = payload["rows"]
     with RssSampler() as sampler:
-        for start in range(0, rows, BATCH_ROWS):
-            idx = np.arange(start, min(rows, start + BATCH_ROWS))
+        batch = payload["batch_rows"]
+        for start in range(0, rows, batch):
+            idx = np.arange(start, min(rows, start + batch))
             writer = table.new_upsert()
             writer.upsert(pl.DataFrame({"cid": rng.integers(0, rows, len(idx)), "oid": idx,
                                         "amount": rng.random(len(idx)), "note": pl.Series(idx % 1000).cast(pl.String),
@@ -122,16 +123,16 @@ def child_restart(payload: dict) -> dict:
     """In a fresh process: open the job from its checkpoint and run once (nothing new to do)."""
     conn = fl.connect(payload["path"])
     start = time.perf_counter()
-    job = _job(conn, payload["kind"], payload["result"])
+    job = _job(conn, payload["kind"], payload["result"], payload["batch_rows"])
     report = job.run_once()
     return {"seconds": time.perf_counter() - start, "records": report.records_read}
 
 
-def _measure(path: str, rows: int, repeats: int) -> dict[str, dict[str, list[float]]]:
+def _measure(path: str, rows: int, repeats: int, batch_rows: int) -> dict[str, dict[str, list[float]]]:
     out: dict[str, dict[str, list[float]]] = {k: {} for k in ("delta", "stateful")}
     for r in range(repeats):
         for kind in ("delta", "stateful"):  # interleaved: ours, peer, ours, peer
-            payload = {"path": path, "kind": kind, "result": f"{kind}_view_{r}"}
+            payload = {"path": path, "kind": kind, "result": f"{kind}_view_{r}", "batch_rows": batch_rows}
             run = run_child(BENCH, "child_run", payload)
             restart = run_child(BENCH, "child_restart", payload)
             assert restart["records"] == 0, restart
@@ -145,20 +146,23 @@ def _measure(path: str, rows: int, repeats: int) -> dict[str, dict[str, list[flo
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = bench_args(BENCH, default_rows=FULL_ROWS, quick_rows=QUICK_ROWS, default_repeats=1, quick_repeats=1,
-                      argv=argv, description=__doc__)
+    args = bench_args(BENCH, default_rows=FULL_ROWS, quick_rows=QUICK_ROWS, default_repeats=3, quick_repeats=1,
+                      argv=argv, description=__doc__, extra=lambda p: p.add_argument(
+                          "--batch-rows", type=int, default=BATCH_ROWS, help="batch_rows of both jobs (and of the "
+                          f"result writes of the floor child); default {BATCH_ROWS:,}"))
     reporter = Reporter(BENCH)
     sizes = sorted({max(args.rows // 10, 1000), args.rows})
     for rows in sizes:
         with temp_store_dir(args.tmpdir) as path:
             log(f"setup: {rows:,} rows per side")
             _setup(path, rows)
-            m = _measure(path, rows, args.repeats)
-            floor = run_child(BENCH, "child_floor", {"path": path, "rows": rows})["peak_anon"]
+            m = _measure(path, rows, args.repeats, args.batch_rows)
+            floor = run_child(BENCH, "child_floor", {"path": path, "rows": rows, "batch_rows": args.batch_rows})["peak_anon"]
             log(f"  result-table writes alone: peak RssAnon {fmt_size(floor)}")
         d, s = m["delta"], m["stateful"]
         assert median(d["result_rows"]) == median(s["result_rows"]) == rows
-        label = f"orders LEFT JOIN customers, {rows:,} rows per side"
+        label = f"orders LEFT JOIN customers, {rows:,} rows per side" + (
+            f", batch_rows={args.batch_rows:,}" if args.batch_rows != BATCH_ROWS else "")
         peer = "stateful symmetric hash join"
         big = rows == args.rows
         reporter.add(Result(BENCH, f"{label}: operator state", "bytes", median(d["state_bytes"]), peer,
