@@ -166,6 +166,11 @@ class LookupJoin(Job):
         for frame in frames:
             yield self.enrich(frame)
 
+    def state_bytes(self) -> int:
+        """Checkpoint bytes (with a source) plus the cache's rows: the only memory a lookup join keeps."""
+        cached = int(self._cached.estimated_size()) if self._cached is not None else 0
+        return (super().state_bytes() if self.source is not None else 0) + cached
+
     # ------------------------------------------------------------ as a job over a log table
     def _require_source(self) -> None:
         if self.source is None:

@@ -43,8 +43,10 @@ def test_enrich_equals_polars_join(lake, how, cache) -> None:
                              schema={"user": pl.Int64, "page": pl.String})
         got = job.enrich(frame)
         assert got.equals(_want(frame, users, how).select(got.columns))
-    if cache is not None:
-        assert job._cached is not None and job._cached.height <= cache.max_rows
+    if cache is None:
+        assert job.state_bytes() == 0
+    else:
+        assert job._cached is not None and job._cached.height <= cache.max_rows and job.state_bytes() > 0
         assert job.hits > 0 and job.misses > 0
 
 
@@ -127,4 +129,6 @@ def test_bad_lookup_joins_are_rejected(lake) -> None:
         LookupJoin(users, on={"user": "uid"}).enrich(pl.DataFrame({"user": [1], "name": ["x"]}))
     with pytest.raises(fl.InvalidConfigError, match="must be positive"):
         LookupCache(max_rows=0)
+    with pytest.raises(fl.InvalidConfigError, match="no source table"):
+        LookupJoin(users, on={"user": "uid"}).run_once()
     assert lake.store.list(".jobs") == []
