@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-MODULES = ("upsert", "append", "lookup", "training")
+MODULES = ("upsert", "append", "lookup", "training", "delta_join", "lookup_join")
 
 
 def main(argv: list[str] | None = None) -> int:

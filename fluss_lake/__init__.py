@@ -16,6 +16,7 @@ Examples
 [{'user': 1, 'total': 12}]
 """
 
+from fluss_lake import jobs
 from fluss_lake.catalog import Connection, connect
 from fluss_lake.exceptions import *  # noqa: F403 - the exception tree is public
 from fluss_lake.exceptions import __all__ as _exceptions
@@ -27,5 +28,5 @@ from fluss_lake.write.write_result import WriteResult
 
 __version__ = "0.1.0"
 
-__all__ = ["connect", "Connection", "Table", "TableDescriptor", "TableInfo", "TablePath", "Schema", "Column",
+__all__ = ["jobs", "connect", "Connection", "Table", "TableDescriptor", "TableInfo", "TablePath", "Schema", "Column",
            "WriteResult", *_exceptions]

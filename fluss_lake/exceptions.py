@@ -34,9 +34,11 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "CorruptDataError",
-    # training sets, state as of a time, decision log
     "IncompleteHistoryError",
     "DecisionNotFoundError",
+    "JobConflictError",
+    "JobStateError",
+    "JoinNotSupportedError",
 ]
 
 
@@ -154,3 +156,18 @@ class IncompleteHistoryError(FlussLakeError):
 
 class DecisionNotFoundError(FlussLakeError, LookupError):
     """A decision-log reconstruction asked for request ids the log does not hold."""
+
+
+# ---------------------------------------------------------------- jobs (fluss_lake.jobs)
+class JobConflictError(FlussLakeError):
+    """Another instance of the same job committed a checkpoint first; run one instance per job name."""
+
+
+class JobStateError(FlussLakeError):
+    """A job's checkpoint does not fit its inputs any more (an input table was dropped and re-created)."""
+
+
+class JoinNotSupportedError(InvalidConfigError):
+    """A join cannot run as a delta join (and the stateful fallback was not chosen); the message says why."""
+
+

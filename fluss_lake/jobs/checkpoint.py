@@ -1,0 +1,102 @@
+"""Job checkpoints: the consumed offsets per input bucket, kept as small immutable objects in the store.
+
+Checkpoint ``n`` of job ``name`` is ``.jobs/<name>/ckpt-<n>.json``, created with the store's atomic
+create-if-absent. Two instances of one job racing to commit the same checkpoint cannot both win (the loser gets
+:class:`~fluss_lake.JobConflictError`), and a job restarted in a new process reads the newest checkpoint: a listing
+of a folder that never holds more than a few objects, so restart time does not grow with the data.
+
+Offsets are keyed by (partition name or None, bucket) so partitioned inputs fit later.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fluss_lake.exceptions import JobConflictError
+from fluss_lake.metadata.table_path import check_name
+
+if TYPE_CHECKING:
+    from fluss_lake.catalog import Connection
+
+__all__ = ["BucketOffsets", "Checkpoint", "CheckpointStore"]
+
+#: (partition name or None, bucket) -> next offset to consume
+BucketOffsets = dict[tuple[str | None, int], int]
+
+_ROOT = ".jobs"
+_KEEP = 2
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What a job has consumed: offsets per input (alias) and bucket, plus job-specific fields."""
+
+    number: int
+    job_uid: str
+    offsets: dict[str, BucketOffsets]
+    table_ids: dict[str, str]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"number": self.number, "job_uid": self.job_uid, "table_ids": self.table_ids, "extra": self.extra,
+                "offsets": {alias: [[p, b, o] for (p, b), o in sorted(offs.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))]
+                            for alias, offs in self.offsets.items()}}
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Checkpoint:
+        offsets = {alias: {(p, int(b)): int(o) for p, b, o in rows} for alias, rows in body["offsets"].items()}
+        return cls(int(body["number"]), body["job_uid"], offsets, dict(body["table_ids"]), dict(body.get("extra") or {}))
+
+    def size_bytes(self) -> int:
+        """Size of the serialized checkpoint (a delta join's whole operator state)."""
+        return len(json.dumps(self.to_json()).encode())
+
+
+class CheckpointStore:
+    """The checkpoints of one job in a connection's store."""
+
+    def __init__(self, connection: Connection, name: str) -> None:
+        self.store = connection.store
+        self.name = check_name("job", name)
+        self.prefix = f"{_ROOT}/{name}"
+
+    def _names(self) -> list[str]:
+        return sorted(n for n in self.store.list(self.prefix) if n.startswith("ckpt-") and n.endswith(".json"))
+
+    def load(self) -> Checkpoint | None:
+        """The newest checkpoint, or None for a job that never committed one."""
+        for name in reversed(self._names()):
+            try:
+                return Checkpoint.from_json(json.loads(self.store.get(f"{self.prefix}/{name}")))
+            except FileNotFoundError:  # collected meanwhile by a newer instance: take the next newest
+                continue
+        return None
+
+    def commit(self, checkpoint: Checkpoint) -> None:
+        """Create checkpoint ``number`` atomically; another instance that got there first makes this raise."""
+        key = f"{self.prefix}/ckpt-{checkpoint.number:020d}.json"
+        if not self.store.put_if_absent(key, json.dumps(checkpoint.to_json()).encode()):
+            raise JobConflictError(f"job {self.name!r}: checkpoint {checkpoint.number} was committed by another "
+                                   "instance of this job; run one instance per job name (this one stops here)")
+        for old in self._names()[:-_KEEP]:
+            self.store.delete(f"{self.prefix}/{old}")
+        for name in self.store.list(f"{self.prefix}/attachments"):
+            number = int(name.split("-", 1)[0])
+            if number < checkpoint.number - _KEEP:
+                self.store.delete(f"{self.prefix}/attachments/{name}")
+
+    def put_attachment(self, number: int, name: str, data: bytes) -> str:
+        """Store a blob a checkpoint will name (the stateful join's state); returns its object name."""
+        obj = f"{number:020d}-{name}-{uuid.uuid4().hex[:8]}"
+        self.store.put(f"{self.prefix}/attachments/{obj}", data)
+        return obj
+
+    def get_attachment(self, obj: str) -> bytes:
+        return self.store.get(f"{self.prefix}/attachments/{obj}")
+
+    def reset(self) -> None:
+        """Forget every checkpoint: the job starts again from the earliest offsets."""
+        self.store.delete_prefix(self.prefix)

@@ -1,0 +1,194 @@
+"""Delta join behaviour around the oracle test: restart in a new process, one instance per job, explain() and
+the stateful fallback, bad configurations, continuous runs with a concurrent writer, S3."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import fluss_lake as fl
+from fluss_lake.jobs import DeltaJoin, Join, StatefulJoin, explain_join, join
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _tables(conn: fl.Connection) -> tuple[fl.Table, fl.Table, fl.Table]:
+    if not conn.database_exists("shop"):
+        conn.create_database("shop")
+        conn.create_table("shop.orders", schema={"cid": "BIGINT", "oid": "BIGINT", "amount": "INT"},
+                          primary_key=["cid", "oid"], bucket_keys=["cid"], bucket_num=3)
+        conn.create_table("shop.customers", schema={"cid": "BIGINT", "name": "STRING"}, primary_key=["cid"],
+                          bucket_num=2)
+        conn.create_table("shop.view", schema={"cid": "BIGINT", "oid": "BIGINT", "amount": "INT", "name": "STRING"},
+                          primary_key=["cid", "oid"], bucket_num=2)
+    return conn.get_table("shop.orders"), conn.get_table("shop.customers"), conn.get_table("shop.view")
+
+
+def _want(orders: fl.Table, customers: fl.Table, how: str = "left") -> pl.DataFrame:
+    return orders.to_polars().join(customers.to_polars(), on="cid", how=how).sort("cid", "oid")
+
+
+def _job(conn: fl.Connection, **kwargs) -> DeltaJoin:
+    orders, customers, view = _tables(conn)
+    return DeltaJoin(view, {"o": orders, "c": customers}, [Join("o", "c", ["cid"], how="left")], **kwargs)
+
+
+def test_restart_in_a_new_process_resumes_from_the_checkpoint(tmp_path) -> None:
+    path = str(tmp_path / "lake")
+    conn = fl.connect(path)
+    orders, customers, view = _tables(conn)
+    orders.upsert([{"cid": c, "oid": o, "amount": o} for c in range(20) for o in range(5)])
+    customers.upsert([{"cid": c, "name": f"c{c}"} for c in range(0, 20, 2)])
+    child = textwrap.dedent(f"""
+        import fluss_lake as fl
+        from fluss_lake.jobs import DeltaJoin, Join
+        conn = fl.connect({path!r})
+        t = conn.get_table
+        job = DeltaJoin(t("shop.view"), {{"o": t("shop.orders"), "c": t("shop.customers")}},
+                        [Join("o", "c", ["cid"], how="left")], batch_rows=16)
+        print(job.run_once(max_steps=3).steps)
+    """)
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=REPO, check=False,
+                         env={"PYTHONPATH": str(REPO)}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "3"
+    job = _job(conn, batch_rows=16)  # resumes: the first three steps are not repeated
+    assert job.checkpoint.number == 2 and sum(job.offsets("o").values()) == 48
+    assert job.lag()["o"] == 100 - 48  # records not consumed yet
+    customers.delete([{"cid": 0}])
+    customers.upsert([{"cid": 1, "name": "one"}])
+    job.run_once()
+    assert job.lag() == {"o": 0, "c": 0}
+    assert view.to_polars().sort("cid", "oid").equals(_want(orders, customers).select(view.schema.names))
+    checkpoints = [n for n in conn.store.list(f".jobs/{job.name}") if n.startswith("ckpt-")]
+    assert len(checkpoints) == 2  # restart reads one small object; the folder does not grow
+    assert job.state_bytes() < 1024
+
+
+def test_a_second_instance_of_a_job_is_stopped(tmp_path) -> None:
+    conn = fl.connect(str(tmp_path))
+    orders, _customers, _view = _tables(conn)
+    first, second = _job(conn), _job(conn)
+    orders.upsert([{"cid": 1, "oid": 1, "amount": 1}])
+    first.run_once()
+    with pytest.raises(fl.JobConflictError, match="another instance"):
+        second.run_once()
+
+
+def test_input_recreated_since_the_checkpoint(tmp_path) -> None:
+    conn = fl.connect(str(tmp_path))
+    orders, _customers, _view = _tables(conn)
+    orders.upsert([{"cid": 1, "oid": 1, "amount": 1}])
+    _job(conn).run_once()
+    conn.drop_table("shop.customers")
+    conn.create_table("shop.customers", schema={"cid": "BIGINT", "name": "STRING"}, primary_key=["cid"])
+    with pytest.raises(fl.JobStateError, match="reset"):
+        _job(conn)
+
+
+def test_continuous_run_with_a_concurrent_writer(tmp_path) -> None:
+    conn = fl.connect(str(tmp_path))
+    orders, customers, view = _tables(conn)
+    job = _job(conn, batch_rows=7)
+    stop = threading.Event()
+    runner = threading.Thread(target=job.run, args=(stop,), kwargs={"poll_interval": 0.01})
+    runner.start()
+    try:
+        for i in range(30):
+            orders.upsert([{"cid": i % 4, "oid": i % 9, "amount": i}])
+            if i % 3 == 0:
+                customers.upsert([{"cid": i % 4, "name": f"n{i}"}])
+            if i % 5 == 4:
+                customers.delete([{"cid": (i + 1) % 4}])
+                orders.delete([{"cid": i % 4, "oid": (i + 2) % 9}])
+    finally:
+        stop.set()
+        runner.join(60)
+    job.run_once()
+    assert view.to_polars().sort("cid", "oid").equals(_want(orders, customers).select(view.schema.names))
+
+
+def test_explain_and_the_stateful_fallback(tmp_path) -> None:
+    conn = fl.connect(str(tmp_path))
+    conn.create_database("d")
+    conn.create_table("d.orders", schema={"oid": "INT", "cid": "INT", "amount": "INT"}, primary_key=["oid"])
+    conn.create_table("d.customers", schema={"cid": "INT", "name": "STRING"}, primary_key=["cid"])
+    conn.create_table("d.view", schema={"oid": "INT", "cid": "INT", "name": "STRING"}, primary_key=["oid"])
+    t = conn.get_table
+    args = (t("d.view"), {"o": t("d.orders"), "c": t("d.customers")}, [Join("o", "c", ["cid"])])
+    why = explain_join(*args)
+    assert not why.delta and why.strategy == "rejected"
+    assert "join columns ['cid'] of o (d.orders) contain neither its primary key ['oid']" in why.reasons[0]
+    assert "probe c (d.customers) by ['cid']: lookup by primary key" in str(why)
+    with pytest.raises(fl.JoinNotSupportedError, match="fallback='stateful'"):
+        join(*args)
+    with pytest.raises(fl.JoinNotSupportedError, match="contain neither"):
+        DeltaJoin(*args)
+    job = join(*args, fallback="stateful")
+    assert isinstance(job, StatefulJoin) and job.explain().strategy == "stateful"
+    assert "stateful regular join" in str(job.explain()) and "not delta:" in str(job.explain())
+    t("d.customers").upsert([{"cid": 1, "name": "a"}])
+    t("d.orders").upsert([{"oid": i, "cid": 1, "amount": i} for i in range(100)])
+    small = job.run_once() and job.state_bytes()
+    t("d.orders").upsert([{"oid": i, "cid": 1, "amount": i} for i in range(100, 1000)])
+    job.run_once()
+    assert job.state_bytes() > small  # the stateful join's state grows with its inputs
+    assert t("d.view").to_polars().height == 1000
+
+
+def test_bad_joins_are_rejected_and_change_nothing(tmp_path) -> None:
+    conn = fl.connect(str(tmp_path))
+    orders, customers, view = _tables(conn)
+    orders.upsert([{"cid": 1, "oid": 1, "amount": 1}])
+    conn.create_table("shop.events", schema={"cid": "BIGINT", "x": "INT"})
+    conn.create_table("shop.narrow", schema={"cid": "BIGINT", "amount": "INT"}, primary_key=["cid"])
+    conn.create_table("shop.agg", schema={"cid": "BIGINT", "oid": "BIGINT", "amount": "INT", "name": "STRING"},
+                      primary_key=["cid", "oid"], options={"table.merge-engine": "first_row"})
+    conn.create_table("shop.nodel", schema={"cid": "BIGINT", "oid": "BIGINT", "amount": "INT", "name": "STRING"},
+                      primary_key=["cid", "oid"], options={"table.delete.behavior": "ignore"})
+    t = conn.get_table
+    snapshot = {n: t(f"shop.{n}").scan_log() for n in conn.list_tables("shop")}
+    ins = {"o": orders, "c": customers}
+    cases = [
+        (lambda: DeltaJoin(view, ins, [Join("o", "c", ["cid"], how="full")]), fl.InvalidConfigError, "how='full'"),
+        (lambda: DeltaJoin(view, {"c": customers, "o": orders}, [Join("c", "o", ["cid"], how="left")]),
+         fl.InvalidConfigError,
+         "whole primary key"),
+        (lambda: DeltaJoin(t("shop.narrow"), ins, [Join("o", "c", ["cid"])]), fl.InvalidConfigError,
+         "does not cover the primary key of input o"),
+        (lambda: DeltaJoin(t("shop.agg"), ins, [Join("o", "c", ["cid"])]), fl.InvalidConfigError, "default merge"),
+        (lambda: DeltaJoin(t("shop.nodel"), ins, [Join("o", "c", ["cid"])]), fl.InvalidConfigError, "allow deletes"),
+        (lambda: DeltaJoin(view, ins, [Join("o", "x", ["cid"])]), fl.InvalidConfigError, "unknown input"),
+        (lambda: DeltaJoin(view, ins, [Join("o", "c", {"cid": "nope"})]), fl.InvalidConfigError, "no column"),
+        (lambda: DeltaJoin(view, {"o": orders, "e": t("shop.events")}, [Join("o", "e", ["cid"])],
+                           select={"name": "o.amount"}), fl.JoinNotSupportedError, "log table"),
+        (lambda: DeltaJoin(view, ins, [Join("o", "c", ["cid"], how="left")], condition=pl.col("o.amount") > 0),
+         fl.InvalidConfigError, "INNER joins only"),
+        (lambda: DeltaJoin(view, ins, [Join("o", "c", ["cid"])], name="bad name"), fl.InvalidNameError, "not allowed"),
+    ]
+    for make, error, message in cases:
+        with pytest.raises(error, match=message):
+            make()
+    assert all(t(f"shop.{n}").scan_log().equals(f) for n, f in snapshot.items())
+    assert conn.store.list(".jobs") == []
+
+
+@pytest.mark.s3
+def test_delta_join_on_s3(s3_url) -> None:
+    url, options = s3_url
+    conn = fl.connect(url, storage_options=options)
+    orders, customers, _view = _tables(conn)
+    orders.upsert([{"cid": c, "oid": o, "amount": o} for c in range(4) for o in range(3)])
+    customers.upsert([{"cid": c, "name": f"c{c}"} for c in range(3)])
+    _job(conn, batch_rows=5).run_once(max_steps=1)
+    customers.delete([{"cid": 2}])
+    conn2 = fl.connect(url, storage_options=options)
+    _job(conn2).run_once()
+    got = conn2.get_table("shop.view").to_polars().sort("cid", "oid")
+    assert got.equals(_want(orders, customers).select(got.columns))
