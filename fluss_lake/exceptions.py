@@ -30,6 +30,10 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "CorruptDataError",
+    "LakeError",
+    "LakeTableMismatchError",
+    "LakeUnavailableError",
+    "TieringConflictError",
 ]
 
 
@@ -121,3 +125,22 @@ class StorageUnavailableError(StorageError):
 
 class CorruptDataError(StorageError):
     """A stored object could not be decoded; the store was changed outside fluss-lake."""
+
+
+# ---------------------------------------------------------------- the lake (raised by the ``tiering`` package)
+class LakeError(FlussLakeError):
+    """The lake (an Iceberg catalog and its warehouse) refused or failed an operation."""
+
+
+class LakeTableMismatchError(LakeError, ValueError):
+    """A lake table does not belong to this live table (another incarnation, kind or incompatible schema)."""
+
+
+class LakeUnavailableError(LakeError, StorageError):
+    """The lake's catalog or object store did not answer; nothing was committed, so the round can be run again."""
+
+    retriable = True
+
+
+class TieringConflictError(CommitConflictError, LakeError):
+    """Another tiering run committed to the lake table first; refresh its offsets and plan the round again."""
