@@ -29,3 +29,16 @@ def lake_rows(lake: Lake, path: str, kind: str = "log") -> pl.DataFrame:
 def sorted_rows(frame: pl.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
     """Rows of `columns`, sorted, as dicts (order-free comparison)."""
     return frame.select(columns).sort(columns, nulls_last=True).to_dicts()
+
+
+try:
+    from pyarrow.fs import AwsStandardS3RetryStrategy as _Standard
+except ImportError:  # pragma: no cover - pyarrow built without S3
+    _Standard = object  # type: ignore[assignment,misc]
+
+
+class FailFastRetry(_Standard):  # type: ignore[misc,valid-type]
+    """pyarrow S3 retry strategy with one attempt (``s3.retry-strategy-impl``): a dead endpoint fails fast."""
+
+    def __init__(self) -> None:
+        super().__init__(max_attempts=1)
