@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-MODULES = ("upsert", "append", "lookup")
+MODULES = ("upsert", "append", "lookup", "tiering")
 
 
 def main(argv: list[str] | None = None) -> int:
