@@ -83,7 +83,7 @@ def _describe(report: Any) -> str:
     extra = f", history +{report.history_rows}" if report.kind == "primary-key" else ""
     skipped = f", SKIPPED expired offsets {dict(report.skipped_offsets)}" if report.skipped_offsets else ""
     state = "committed" if report.committed else "up to date"
-    return (f"  {str(report.table):<30} {report.kind:<11} +{report.rows} rows{extra}, offsets {moved or '-'}, "
+    return (f"  {report.table!s:<30} {report.kind:<11} +{report.rows} rows{extra}, offsets {moved or '-'}, "
             f"{state} in {report.seconds:.2f} s{skipped}")
 
 
@@ -152,7 +152,7 @@ def _status(service: Any, out: TextIO) -> None:
         _say(out, f"  lag unknown: {exc}")
         return
     for path, lag in sorted(lags.items(), key=lambda kv: str(kv[0])):
-        _say(out, f"  lag {str(path):<30} {lag.total_offsets} offsets, {lag.seconds:.1f} s")
+        _say(out, f"  lag {path!s:<30} {lag.total_offsets} offsets, {lag.seconds:.1f} s")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -167,9 +167,10 @@ def _round(live: Table, kind: LakeKind, main: IcebergTable, history: IcebergTabl
     read_from = {b: min(starts[b], hist_starts.get(b, starts[b]), end[b]) for b in end}
     need_main = bool(bootstrap) or any(starts[b] < end[b] for b in end)
     need_history = any(hist_starts[b] < end[b] for b in hist_starts)
-    report: dict[str, Any] = dict(table=live.path, kind=kind, start_offsets=dict(main_snap.bucket_offsets()),
-                                  end_offsets=tiered, skipped_offsets=skipped, snapshot_id=main_snap.snapshot_id,
-                                  conflicts=conflicts, history_snapshot_id=hist_snap.snapshot_id if hist_snap else None)
+    report: dict[str, Any] = {"table": live.path, "kind": kind, "start_offsets": dict(main_snap.bucket_offsets()),
+                              "end_offsets": tiered, "skipped_offsets": skipped, "snapshot_id": main_snap.snapshot_id,
+                              "conflicts": conflicts,
+                              "history_snapshot_id": hist_snap.snapshot_id if hist_snap else None}
     if not (need_main or need_history):
         return TableTieringReport(**report, seconds=time.perf_counter() - started)
     log = live.scan_log(start_offsets=read_from, end_offsets=end)

@@ -137,7 +137,6 @@ class Lake:
         """Create the lake table of `live` (``kind``: its own kind, or ``history``), or add columns added live."""
         from pyiceberg.exceptions import (
             NamespaceAlreadyExistsError,
-            TableAlreadyExistsError,
         )
 
         target = lake_arrow_schema(live.schema, kind)

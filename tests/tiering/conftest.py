@@ -7,10 +7,11 @@ The lake is a real pyiceberg SqlCatalog on sqlite; on S3 its warehouse is a buck
 from __future__ import annotations
 
 import pytest
+from tiering_helpers import lake_properties
 
 import fluss_lake as fl
 from tiering import Lake
-from tiering_helpers import lake_properties
+
 
 @pytest.fixture
 def local(tmp_store, tmp_path) -> tuple[fl.Connection, Lake]:

@@ -39,7 +39,7 @@ def test_lake_outage_mid_round_fails_cleanly_and_the_next_round_completes(scenar
                                                                           s3_bucket_factory, s3_options_factory,
                                                                           tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore: fail fast instead of retrying a dead endpoint
-    server, endpoint = moto_server_factory()
+    _server, endpoint = moto_server_factory()
     proxy = FlakyProxy(int(endpoint.rsplit(":", 1)[1]))
     try:
         bucket = s3_bucket_factory(endpoint)

@@ -139,7 +139,7 @@ def test_types_map_to_iceberg_as_fluss_does(local):
     row = {"k": 1, "t8": -3, "t16": 300, "b": 2**40, "f": 1.5, "d": 2.25, "dec": Decimal("12.34"), "s": "x",
            "by": b"\x00\x01", "day": dt.date(2026, 11, 29), "tm": dt.time(12, 30, 1),
            "ts": dt.datetime(2026, 11, 29, 8, 0, 0, 123000),
-           "ltz": dt.datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=dt.timezone.utc), "ok": True,
+           "ltz": dt.datetime(2026, 11, 29, 8, 0, 0, 123456, tzinfo=dt.UTC), "ok": True,
            "arr": [1, 2], "row": {"x": 1, "y": "z"}}
     table.upsert(pl.DataFrame([row], schema=table.schema.polars_schema))
     tier_table(table, lake)
@@ -195,11 +195,10 @@ def test_a_stale_commit_is_refused_and_never_regresses_offsets(local):
     tier_table(ev, lake)
     assert lake.snapshot("d.ev").offset(0) == 3
     regress = LakeSnapshot(None, {(None, 0): 1}, ev.info.table_id)
-    with pytest.raises(CommitFailedException):
-        with stale.transaction() as tx:
-            tx.append(pa.table({"v": pa.array([9], pa.int32()), "__bucket": pa.array([0], pa.int32()),
-                                "__offset": [1], "__timestamp": pa.array([0], pa.timestamp("us", "UTC"))},
-                               schema=stale.schema().as_arrow()), snapshot_properties=regress.summary_properties())
+    with pytest.raises(CommitFailedException), stale.transaction() as tx:
+        tx.append(pa.table({"v": pa.array([9], pa.int32()), "__bucket": pa.array([0], pa.int32()),
+                            "__offset": [1], "__timestamp": pa.array([0], pa.timestamp("us", "UTC"))},
+                           schema=stale.schema().as_arrow()), snapshot_properties=regress.summary_properties())
     assert lake.snapshot("d.ev").offset(0) == 3
     assert sorted(lake_rows(lake, "d.ev")["v"].to_list()) == [1, 2, 3]
 
