@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["TableTieringReport", "live_kind", "tier_table"]
 
 _MAX_CONFLICTS = 20
+_WHOLE_READ_RATIO = 100  # touched keys x this >= candidate rows: read candidate files whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,23 +300,29 @@ def _touched_files(main: IcebergTable, touched: pl.DataFrame, buckets: set[int],
         return [], None
     metadata, schema = main.metadata, main.schema()
     key_schema = schema.select(*pk, BUCKET)
-    dropped, rewrite = [], []
+    rewrite: list[Any] = []
+    kept_parts: list[pl.DataFrame] = []
     touched_keys = touched.lazy()
-    for task in tasks:
-        if task.file.partition[0] in rebuilt:  # replaced wholesale by the live state
-            dropped.append(task)
-            continue
-        keys = pl.from_arrow(ArrowScan(metadata, main.io, key_schema, AlwaysTrue()).to_table([task]))
-        assert isinstance(keys, pl.DataFrame)
-        if keys.lazy().join(touched_keys, on=pk, how="semi").limit(1).collect().height:
+    candidates = [t for t in tasks if t.file.partition[0] not in rebuilt]
+    dropped = [t for t in tasks if t.file.partition[0] in rebuilt]  # replaced wholesale by the live state
+    # Many changes per row of the candidate files: nearly every file holds a touched key, so read each file whole
+    # once. Few changes: read only the key columns first, then whole rows of the files that hold a touched key.
+    whole = touched.height * _WHOLE_READ_RATIO >= sum(t.file.record_count for t in candidates)
+    for task in candidates:
+        frame = pl.from_arrow(ArrowScan(metadata, main.io, schema if whole else key_schema, AlwaysTrue()).to_table([task]))
+        assert isinstance(frame, pl.DataFrame)
+        if frame.lazy().join(touched_keys, on=pk, how="semi").limit(1).collect().height:
             rewrite.append(task)
+            if whole:
+                kept_parts.append(frame.join(touched, on=pk, how="anti", nulls_equal=True))
     old_files = [t.file for t in dropped] + [t.file for t in rewrite]
     if not rewrite:
         return old_files, None
-    full = pl.from_arrow(ArrowScan(metadata, main.io, schema, AlwaysTrue()).to_table(rewrite))
-    assert isinstance(full, pl.DataFrame)
-    kept = full.join(touched, on=pk, how="anti", nulls_equal=True)
-    return old_files, kept
+    if not whole:
+        full = pl.from_arrow(ArrowScan(metadata, main.io, schema, AlwaysTrue()).to_table(rewrite))
+        assert isinstance(full, pl.DataFrame)
+        kept_parts = [full.join(touched, on=pk, how="anti", nulls_equal=True)]
+    return old_files, pl.concat(kept_parts, how="vertical_relaxed")
 
 
 def _is_unavailable(exc: BaseException) -> bool:
