@@ -128,3 +128,21 @@ def test_python_m_tiering_continuous_stops_cleanly_on_sigterm(local):
     assert "tiering continuously" in out and "stopped cleanly" in out and "lag d.ev" in out
     assert sorted(lake_rows(lake, "d.ev")["v"].to_list()) == [1, 2]
     assert isinstance(Lake.for_connection(conn), Lake)
+
+
+def test_fluss_lake_command_finds_tier_through_the_entry_point_group(local, monkeypatch, capsys):
+    """The core's ``fluss-lake`` command with the entry point pyproject declares (``tier =
+    "tiering.cli:register"`` in ``fluss_lake.commands``). Only the installed-package metadata is stood in for:
+    the worktree is not pip-installed here, so ``entry_points`` returns that one real EntryPoint."""
+    from importlib.metadata import EntryPoint
+
+    import fluss_lake.cli as core_cli
+
+    conn, lake = local
+    conn.create_table("d.ev", schema={"v": "INT"}, options=LAKE_ON)
+    conn.get_table("d.ev").append([{"v": 7}])
+    entry = EntryPoint(name="tier", value="tiering.cli:register", group=core_cli.COMMAND_GROUP)
+    monkeypatch.setattr(core_cli, "entry_points", lambda group: [entry] if group == core_cli.COMMAND_GROUP else [])
+    assert core_cli.main(["tier", "--once", "--store", conn.url]) == 0
+    assert "tiered 1 table(s), 1 rows" in capsys.readouterr().out
+    assert lake_rows(lake, "d.ev")["v"].to_list() == [7]
