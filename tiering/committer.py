@@ -38,6 +38,7 @@ from fluss_lake.exceptions import (
 from fluss_lake.metadata.table_path import TablePath
 from tiering.changes import fold_changes
 from tiering.lake_snapshot import LakeSnapshot
+from tiering.log_reader import log_reader
 from tiering.schema import (
     BUCKET,
     OFFSET,
@@ -121,9 +122,9 @@ def _tier(live: Table, lake: Lake, clock: Callable[[], int], started: float) -> 
     conflicts = 0
     while True:
         tiered_at = clock()
-        end = live.end_offsets()  # read the ends before the metadata: batches below them use a known schema
+        end = log_reader(live).end_offsets()  # read the ends before the metadata: batches below them use a known schema
         live.refresh()
-        earliest = live.earliest_offsets()
+        earliest = log_reader(live).earliest_offsets()
         try:
             main = lake.ensure(live, kind)
             history = lake.ensure(live, "history") if kind == "primary-key" else None
@@ -174,7 +175,7 @@ def _round(live: Table, kind: LakeKind, main: IcebergTable, history: IcebergTabl
                               "history_snapshot_id": hist_snap.snapshot_id if hist_snap else None}
     if not (need_main or need_history):
         return TableTieringReport(**report, seconds=time.perf_counter() - started)
-    log = live.scan_log(start_offsets=read_from, end_offsets=end)
+    log = log_reader(live).scan_log(start_offsets=read_from, end_offsets=end)
     if history is not None and need_history:
         rows = _since(log, hist_starts)
         new = LakeSnapshot(None, {(None, b): end[b] for b in end}, table_id, tiered_at)

@@ -21,6 +21,7 @@ from fluss_lake.exceptions import TableNotExistError
 from fluss_lake.metadata.table_path import TablePath
 from tiering.changes import apply_changes, fold_changes
 from tiering.lake_snapshot import LakeSnapshot
+from tiering.log_reader import log_reader
 from tiering.schema import BUCKET, OFFSET, SYSTEM_COLUMNS, TIMESTAMP
 
 if TYPE_CHECKING:
@@ -118,17 +119,17 @@ def union_read(live: Table, lake: Lake, *, columns: Sequence[str] | None = None,
     if snap.table_id not in (None, live.info.table_id):
         snap = LakeSnapshot(None)  # the lake table belongs to an older incarnation: read live only
         iceberg_table = None
-    end, earliest = live.end_offsets(), live.earliest_offsets()
+    end, earliest = log_reader(live).end_offsets(), log_reader(live).earliest_offsets()
     lake_rows = _as_live(_scan(lake, iceberg_table, snap.snapshot_id) if iceberg_table is not None
                          and snap.snapshot_id is not None else None, live)
     starts = {b: snap.offset(b) for b in end}
     if not live.is_primary_key_table:
-        tail = live.scan_log(start_offsets={b: max(starts[b], earliest[b]) for b in end}, end_offsets=end)
+        tail = log_reader(live).scan_log(start_offsets={b: max(starts[b], earliest[b]) for b in end}, end_offsets=end)
         parts = [frame for frame in (lake_rows, _tail_rows(tail).lazy()) if frame is not None]
         return pl.concat([p.select(keep) for p in parts], how="vertical_relaxed")
     pk = list(live.schema.primary_key)
     expired = {b for b in end if starts[b] < earliest[b]}  # the lake is behind what the live log retains
-    tail = live.scan_log(start_offsets={b: (end[b] if b in expired else starts[b]) for b in end}, end_offsets=end)
+    tail = log_reader(live).scan_log(start_offsets={b: (end[b] if b in expired else starts[b]) for b in end}, end_offsets=end)
     upserts, touched = fold_changes(tail, pk)
     current = lake_rows if lake_rows is not None else pl.LazyFrame(schema={**dtypes, BUCKET: pl.Int32,
                                                                          OFFSET: pl.Int64,

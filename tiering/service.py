@@ -21,6 +21,7 @@ from fluss_lake.exceptions import FlussLakeError, InvalidConfigError
 from fluss_lake.metadata.table_path import TablePath
 from tiering.committer import TableTieringReport, tier_table
 from tiering.lake import Lake
+from tiering.log_reader import log_reader
 
 if TYPE_CHECKING:
     from fluss_lake.catalog import Connection
@@ -122,7 +123,7 @@ def tier_once(connection: Connection, lake: Lake | None = None, *, tables: Seque
 def table_lag(live: Table, lake: Lake, *, now_ms: int | None = None) -> TableLag:
     """Offsets per bucket not yet in the lake, and for how long the lake has been missing commits (seconds)."""
     snap = lake.snapshot(live.path)
-    end = live.end_offsets()
+    end = log_reader(live).end_offsets()
     behind = {b: max(0, end[b] - snap.offset(b)) for b in end}
     now = live.connection.clock() if now_ms is None else now_ms
     if not any(behind.values()):

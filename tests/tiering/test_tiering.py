@@ -315,3 +315,20 @@ def test_log_expired_before_tiering_is_skipped_and_reported(local, tmp_path):
     kv.upsert([{"k": 9, "v": 9}])
     tier_once(conn, lake)
     assert sorted_rows(lake_rows(lake, "d.kv"), ["k", "v"]) == sorted_rows(kv.to_polars(), ["k", "v"])
+
+
+def test_tiering_reads_the_changelog_without_opening_the_primary_key_state(local, tmp_path):
+    """A tiering process reads logs only: it must not restore (on S3: download) the primary-key state."""
+    from tiering import union_read
+
+    conn, lake = local
+    conn.create_table("d.kv", schema={"k": "INT", "v": "INT"}, primary_key=["k"], bucket_num=2, options=LAKE_ON)
+    conn.get_table("d.kv").upsert([{"k": k, "v": k} for k in range(10)])
+    conn.get_table("d.kv").snapshot()
+    fresh = fl.connect(conn.url, local_dir=str(tmp_path / "tierer")).get_table("d.kv")
+    assert tier_table(fresh, lake).rows == 10
+    conn.get_table("d.kv").upsert([{"k": 1, "v": 100}])
+    assert sorted_rows(union_read(fresh, lake).collect(), ["k", "v"]) == sorted_rows(
+        conn.get_table("d.kv").to_polars(), ["k", "v"])
+    assert fresh._kv_tablets == {}  # no bucket state was opened
+    assert not (tmp_path / "tierer").exists() or not any((tmp_path / "tierer").rglob("*.arrow"))
