@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-MODULES = ("upsert", "append", "lookup", "training", "delta_join", "lookup_join")
+MODULES = ("upsert", "append", "lookup", "training", "delta_join", "lookup_join", "tiering")
 
 
 def main(argv: list[str] | None = None) -> int:

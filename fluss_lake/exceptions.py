@@ -39,6 +39,10 @@ __all__ = [
     "JobConflictError",
     "JobStateError",
     "JoinNotSupportedError",
+    "LakeError",
+    "LakeTableMismatchError",
+    "LakeUnavailableError",
+    "TieringConflictError",
 ]
 
 
@@ -171,3 +175,20 @@ class JoinNotSupportedError(InvalidConfigError):
     """A join cannot run as a delta join (and the stateful fallback was not chosen); the message says why."""
 
 
+# ---------------------------------------------------------------- the lake (raised by the ``tiering`` package)
+class LakeError(FlussLakeError):
+    """The lake (an Iceberg catalog and its warehouse) refused or failed an operation."""
+
+
+class LakeTableMismatchError(LakeError, ValueError):
+    """A lake table does not belong to this live table (another incarnation, kind or incompatible schema)."""
+
+
+class LakeUnavailableError(LakeError, StorageError):
+    """The lake's catalog or object store did not answer; nothing was committed, so the round can be run again."""
+
+    retriable = True
+
+
+class TieringConflictError(CommitConflictError, LakeError):
+    """Another tiering run committed to the lake table first; refresh its offsets and plan the round again."""

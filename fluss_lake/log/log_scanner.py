@@ -36,8 +36,10 @@ def _batch_frame(table: "Table", bucket: int, batch: LogBatch, columns: Sequence
     base = header.base_offset
     if CHANGE_TYPE_COLUMN in frame.columns:
         codes = frame.get_column(CHANGE_TYPE_COLUMN).cast(pl.UInt32)
-    else:
-        codes = pl.Series(np.zeros(n, dtype=np.uint32))
+        change = pl.Series("_change_type", np.array(CHANGE_TYPE_NAMES)[codes.to_numpy()] if n else [],
+                           dtype=pl.String).cast(_CHANGE_ENUM)
+    else:  # a log table: every record is +A (a constant column, no per-row strings)
+        change = pl.repeat("+A", n, dtype=_CHANGE_ENUM, eager=True).alias("_change_type")
     schema = table.schema
     cols = []
     for name in columns:
@@ -49,7 +51,7 @@ def _batch_frame(table: "Table", bucket: int, batch: LogBatch, columns: Sequence
     return pl.DataFrame([
         pl.Series("_bucket", np.full(n, bucket, dtype=np.int32)),
         offsets,
-        pl.Series("_change_type", np.array(CHANGE_TYPE_NAMES)[codes.to_numpy()] if n else [], dtype=pl.String).cast(_CHANGE_ENUM),
+        change,
         pl.Series("_commit_timestamp", np.full(n, header.commit_ts, dtype=np.int64)).cast(pl.Datetime("ms", "UTC")),
         *cols,
     ])

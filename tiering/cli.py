@@ -1,0 +1,163 @@
+"""``fluss-lake tier --once | --continuous``: the tiering service on the command line, with a progress display.
+
+Registered into the core's ``fluss-lake`` command through the ``fluss_lake.commands`` entry-point group
+(``tier = "tiering.cli:register"``); ``python -m tiering tier ...`` runs it without the entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+from fluss_lake.exceptions import FlussLakeError
+
+__all__ = ["main", "register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``tier`` sub-command to an argparse sub-parsers object."""
+    parser = subparsers.add_parser("tier", help="tier lake-enabled tables into Iceberg (once or continuously)",
+                                   description=__doc__)
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--once", action="store_true", help="one round over every lake-enabled table, then exit")
+    mode.add_argument("--continuous", action="store_true",
+                      help="keep every table within its table.datalake.freshness until SIGINT/SIGTERM")
+    parser.add_argument("--store", help="live store folder or URL (default: $FLUSS_LAKE_URL or ./fluss-lake-data)")
+    parser.add_argument("--storage-options", type=json.loads, default=None, metavar="JSON",
+                        help="fsspec storage options of the live store, as JSON")
+    parser.add_argument("--catalog", action="append", default=[], metavar="KEY=VALUE",
+                        help="a pyiceberg catalog property (repeat; default: the embedded lake <store>/_lake)")
+    parser.add_argument("--table", action="append", default=None, metavar="DB.TABLE",
+                        help="tier only this table (repeat; default: every table with table.datalake.enabled)")
+    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                        help="with --continuous: stop after this many seconds")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
+    """Run the ``tier`` command; returns the exit code (0 ok, 1 a table failed, 2 bad arguments)."""
+    import fluss_lake as fl
+    from tiering.lake import Lake
+
+    out = out or sys.stdout
+    try:
+        catalog = _parse_properties(args.catalog)
+        conn = fl.connect(args.store, storage_options=args.storage_options)
+        lake = Lake.for_connection(conn, catalog)
+    except FlussLakeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _say(out, f"live store {conn.url} -> lake {lake!r}")
+    if args.once:
+        return _once(conn, lake, args.table, out)
+    return _continuous(conn, lake, args.table, args.duration, out)
+
+
+def _parse_properties(items: list[str]) -> dict[str, str] | None:
+    if not items:
+        return None
+    props = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            from fluss_lake.exceptions import InvalidConfigError
+
+            raise InvalidConfigError(f"--catalog {item!r}: write KEY=VALUE, e.g. --catalog uri=sqlite:///lake.db")
+        props[key] = value
+    return props
+
+
+def _say(out: TextIO, text: str) -> None:
+    print(text, file=out, flush=True)
+
+
+def _describe(report: Any) -> str:
+    moved = {b: f"{report.start_offsets.get(b, 0)}->{o}" for b, o in report.end_offsets.items()
+             if report.start_offsets.get(b, 0) != o}
+    extra = f", history +{report.history_rows}" if report.kind == "primary-key" else ""
+    skipped = f", SKIPPED expired offsets {dict(report.skipped_offsets)}" if report.skipped_offsets else ""
+    state = "committed" if report.committed else "up to date"
+    return (f"  {report.table!s:<30} {report.kind:<11} +{report.rows} rows{extra}, offsets {moved or '-'}, "
+            f"{state} in {report.seconds:.2f} s{skipped}")
+
+
+def _once(conn: Any, lake: Any, tables: list[str] | None, out: TextIO) -> int:
+    from tiering.service import tier_once
+
+    started = time.perf_counter()
+    count = [0]
+
+    def progress(report: Any) -> None:
+        count[0] += 1
+        _say(out, _describe(report))
+
+    try:
+        reports = tier_once(conn, lake, tables=tables, on_report=progress)
+    except FlussLakeError as exc:
+        _say(out, f"error: {exc}")
+        return 1
+    rows = sum(r.rows for r in reports)
+    _say(out, f"tiered {len(reports)} table(s), {rows} rows in {time.perf_counter() - started:.2f} s")
+    return 0
+
+
+def _continuous(conn: Any, lake: Any, tables: list[str] | None, duration: float | None, out: TextIO) -> int:
+    from tiering.service import TieringService
+
+    failed = threading.Event()
+
+    def progress(item: Any) -> None:
+        if isinstance(item, Exception):
+            failed.set()
+            _say(out, f"  error: {item}")
+        elif item.committed:
+            _say(out, _describe(item))
+
+    service = TieringService(conn, lake, tables=tables, on_report=progress)
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        service.start()
+        _say(out, f"tiering continuously (pid {os.getpid()}); SIGINT or SIGTERM stops after the running round")
+        deadline = time.monotonic() + duration if duration is not None else None
+        next_status = time.monotonic() + 5
+        while not stop.wait(0.2):
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if time.monotonic() >= next_status:
+                next_status = time.monotonic() + 5
+                _status(service, out)
+    finally:
+        service.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    _status(service, out)
+    _say(out, f"stopped cleanly after {service.rounds} round(s)")
+    return 1 if failed.is_set() and service.last_errors else 0
+
+
+def _status(service: Any, out: TextIO) -> None:
+    try:
+        lags = service.lag()
+    except FlussLakeError as exc:
+        _say(out, f"  lag unknown: {exc}")
+        return
+    for path, lag in sorted(lags.items(), key=lambda kv: str(kv[0])):
+        _say(out, f"  lag {path!s:<30} {lag.total_offsets} offsets, {lag.seconds:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tiering tier ...`` (the same command as ``fluss-lake tier``)."""
+    parser = argparse.ArgumentParser(prog="python -m tiering")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))

@@ -1,0 +1,345 @@
+"""One tiering round of one table: read the live log from the lake's offsets, write, commit data + offsets at once.
+
+Per bucket the round reads ``[tiered offset, log end)`` of the live log and commits the rows together with the
+new end offsets (in the snapshot summary) as ONE Iceberg commit; a crash leaves the old snapshot (the round is
+redone) or the new one (it is done), never both. Lake tables have ``commit.retry.num-retries = 0``, so a
+concurrent or stale run gets ``CommitFailedException``: the round refreshes, re-reads the offsets and plans
+again (never regressing them).
+
+- Log tables: append.
+- Primary-key tables: the current-state table gets the changes folded per key and applied copy-on-write to only
+  the data files holding touched keys (in the touched ``__bucket`` partitions); the history table appends
+  every changelog row with its ``__change_type``. Each table carries its own offsets, so one may run ahead of
+  the other after a crash and the next round catches the other up.
+- A bucket whose un-tiered log has expired (``table.log.ttl``): a primary-key table's current state is
+  rebuilt for that bucket from the live state (as Fluss's snapshot split: ``__offset = -1``); a log table's and
+  the history's expired records are gone, the round skips them and reports how many offsets were skipped.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+
+from fluss_lake.exceptions import (
+    FlussLakeError,
+    LakeTableMismatchError,
+    LakeUnavailableError,
+    TieringConflictError,
+    UnsupportedOperationError,
+)
+from fluss_lake.metadata.table_path import TablePath
+from tiering.changes import fold_changes
+from tiering.lake_snapshot import LakeSnapshot
+from tiering.log_reader import log_reader
+from tiering.schema import (
+    BUCKET,
+    OFFSET,
+    TIMESTAMP,
+    LakeKind,
+    conform,
+    lake_arrow_schema,
+    to_lake_rows,
+)
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table as IcebergTable
+
+    from fluss_lake.table import Table
+    from tiering.lake import Lake
+
+__all__ = ["TableTieringReport", "live_kind", "tier_table"]
+
+_MAX_CONFLICTS = 20
+_WHOLE_READ_RATIO = 100  # touched keys x this >= candidate rows: read candidate files whole
+
+
+@dataclass(frozen=True, slots=True)
+class TableTieringReport:
+    """What one round did for one table."""
+
+    table: TablePath
+    kind: LakeKind
+    rows: int = 0                                            # live log records tiered into the lake table
+    history_rows: int = 0                                    # changelog rows appended to the history table
+    start_offsets: Mapping[int, int] = field(default_factory=dict)
+    end_offsets: Mapping[int, int] = field(default_factory=dict)  # tiered offsets after the round
+    skipped_offsets: Mapping[int, int] = field(default_factory=dict)  # expired live offsets never tiered
+    snapshot_id: int | None = None
+    history_snapshot_id: int | None = None
+    committed: bool = False
+    files_rewritten: int = 0
+    conflicts: int = 0
+    seconds: float = 0.0
+
+
+def live_kind(live: Table) -> LakeKind:
+    """``primary-key`` or ``log``."""
+    return "primary-key" if live.is_primary_key_table else "log"
+
+
+def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = None) -> TableTieringReport:
+    """Tier everything committed to `live` so far into the lake, exactly once (see the module docstring).
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl
+    >>> from tiering import Lake
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.ev", schema={"v": "INT"}, options={"table.datalake.enabled": True})
+    >>> _ = conn.get_table("d.ev").append([{"v": 1}, {"v": 2}])
+    >>> report = tier_table(conn.get_table("d.ev"), Lake.for_connection(conn))
+    >>> report.rows, dict(report.end_offsets)
+    (2, {0: 2})
+    """
+    if getattr(live, "partition_keys", ()):
+        raise UnsupportedOperationError(f"{live.path} is partitioned; tiering partitioned tables comes with the "
+                                        "core's partition support (offsets are already keyed by partition)")
+    started = time.perf_counter()
+    clock = clock or live.connection.clock
+    try:
+        return _tier(live, lake, clock, started)
+    except FlussLakeError:
+        raise
+    except Exception as exc:
+        if _is_unavailable(exc):
+            raise LakeUnavailableError(f"the lake did not answer while tiering {live.path} ({type(exc).__name__}: "
+                                       f"{str(exc)[:300]}); nothing was committed, run the round again") from exc
+        raise
+
+
+def _tier(live: Table, lake: Lake, clock: Callable[[], int], started: float) -> TableTieringReport:
+    from pyiceberg.exceptions import CommitFailedException
+
+    kind = live_kind(live)
+    conflicts = 0
+    while True:
+        tiered_at = clock()
+        end = log_reader(live).end_offsets()  # read the ends before the metadata: batches below them use a known schema
+        live.refresh()
+        earliest = log_reader(live).earliest_offsets()
+        try:
+            main = lake.ensure(live, kind)
+            history = lake.ensure(live, "history") if kind == "primary-key" else None
+            return _round(live, kind, main, history, end, earliest, tiered_at, conflicts, started)
+        except (_Conflict, CommitFailedException):  # a metadata update (ensure) can race too
+            conflicts += 1
+            time.sleep(random.uniform(0, 0.02 * min(conflicts, 10)))  # jitter: two runs in lockstep drift apart
+            if conflicts >= _MAX_CONFLICTS:
+                raise TieringConflictError(f"tiering {live.path}: other tiering runs committed first {conflicts} times "
+                                           "in a row; run one tiering service per table or try again") from None
+
+
+class _Conflict(Exception):
+    """The lake table moved under the round: plan again."""
+
+
+def _round(live: Table, kind: LakeKind, main: IcebergTable, history: IcebergTable | None,
+           end: dict[int, int], earliest: dict[int, int], tiered_at: int, conflicts: int,
+           started: float) -> TableTieringReport:
+    table_id = live.info.table_id
+    main_snap = _snapshot(main, table_id)
+    starts = {b: main_snap.offset(b) for b in end}
+    _check_not_ahead(live, starts, end)
+    hist_snap = _snapshot(history, table_id) if history is not None else None
+    hist_starts = {b: hist_snap.offset(b) for b in end} if hist_snap is not None else {}
+    _check_not_ahead(live, hist_starts, end)
+    skipped: dict[int, int] = {}
+    bootstrap = set()
+    for b in end:
+        if starts[b] < earliest[b]:
+            if kind == "primary-key":
+                bootstrap.add(b)
+            else:
+                skipped[b] = earliest[b] - starts[b]
+                starts[b] = earliest[b]
+        if hist_starts and hist_starts[b] < earliest[b]:
+            skipped[b] = max(skipped.get(b, 0), earliest[b] - hist_starts[b])
+            hist_starts[b] = earliest[b]
+    base, base_offsets = _bootstrap_rows(live, bootstrap)
+    starts.update(base_offsets)  # a rebuilt bucket's state is current up to its offset (>= the log end read)
+    tiered = {b: max(end[b], starts[b]) for b in end}
+    read_from = {b: min(starts[b], hist_starts.get(b, starts[b]), end[b]) for b in end}
+    need_main = bool(bootstrap) or any(starts[b] < end[b] for b in end)
+    need_history = any(hist_starts[b] < end[b] for b in hist_starts)
+    report: dict[str, Any] = {"table": live.path, "kind": kind, "start_offsets": dict(main_snap.bucket_offsets()),
+                              "end_offsets": tiered, "skipped_offsets": skipped, "snapshot_id": main_snap.snapshot_id,
+                              "conflicts": conflicts,
+                              "history_snapshot_id": hist_snap.snapshot_id if hist_snap else None}
+    if not (need_main or need_history):
+        return TableTieringReport(**report, seconds=time.perf_counter() - started)
+    log = log_reader(live).scan_log(start_offsets=read_from, end_offsets=end)
+    if history is not None and need_history:
+        rows = _since(log, hist_starts)
+        new = LakeSnapshot(None, {(None, b): end[b] for b in end}, table_id, tiered_at)
+        report["history_snapshot_id"] = _commit(history, lambda tx, props: tx.append(
+            to_lake_rows(rows, lake_arrow_schema(live.schema, "history")), snapshot_properties=props), new)
+        report["history_rows"] = rows.height
+        report["committed"] = True
+    if need_main:
+        rows = _since(log, starts)
+        new = LakeSnapshot(None, {(None, b): tiered[b] for b in end}, table_id, tiered_at)
+        if kind == "log":
+            report["snapshot_id"] = _commit(main, lambda tx, props: tx.append(
+                to_lake_rows(rows, lake_arrow_schema(live.schema, "log")), snapshot_properties=props), new)
+        else:
+            report["snapshot_id"], report["files_rewritten"] = _merge_commit(live, main, rows, base, bootstrap, new)
+        report["rows"] = rows.height
+        report["committed"] = True
+    return TableTieringReport(**report, seconds=time.perf_counter() - started)
+
+
+def _snapshot(table: IcebergTable, table_id: str) -> LakeSnapshot:
+    snap = LakeSnapshot.of_table(table)
+    if snap.table_id not in (None, table_id):
+        raise LakeTableMismatchError(f"lake table {'.'.join(table.name())} holds offsets of live table id "
+                                     f"{snap.table_id}, not {table_id}; drop the lake table (Lake.drop) and tier again")
+    return snap
+
+
+def _check_not_ahead(live: Table, starts: Mapping[int, int], end: Mapping[int, int]) -> None:
+    """The lake can never be ahead of the live log (that would mean another store or a rolled-back store)."""
+    ahead = {b: (s, end[b]) for b, s in starts.items() if s > end[b]}
+    if ahead:
+        raise LakeTableMismatchError(f"the lake of {live.path} has tiered offsets beyond the live log end "
+                                     f"(bucket: (lake, live) {ahead}); was the live store replaced? Drop the lake "
+                                     "table (Lake.drop) and tier again")
+
+
+def _since(log: pl.DataFrame, starts: Mapping[int, int]) -> pl.DataFrame:
+    """Rows at or after each bucket's start offset."""
+    if not log.height:
+        return log
+    return log.filter(pl.col("_offset") >= pl.col("_bucket").replace_strict(dict(starts), default=0,
+                                                                             return_dtype=pl.Int64))
+
+
+def _commit(table: IcebergTable, write: Callable[[Any, dict[str, str]], None], new: LakeSnapshot) -> int | None:
+    """Run `write` in one transaction with the new offsets in the snapshot summary; a lost race is a _Conflict."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    try:
+        with table.transaction() as tx:
+            write(tx, new.summary_properties())
+    except CommitFailedException:
+        table.refresh()
+        raise _Conflict() from None
+    current = table.current_snapshot()
+    return current.snapshot_id if current is not None else None
+
+
+def _bootstrap_rows(live: Table, buckets: set[int]) -> tuple[pl.DataFrame | None, dict[int, int]]:
+    """Current rows of buckets whose log expired before tiering, from the live state, with the state's offset."""
+    if not buckets:
+        return None, {}
+    frames, offsets = [], {}
+    for b in sorted(buckets):
+        tablet = live.kv_tablet(b)
+        with tablet.lock:
+            tablet.catch_up()
+            rows = tablet.kv.scan()
+            offsets[b] = tablet.applied
+        frames.append(rows.with_columns(pl.lit(b, pl.Int32).alias(BUCKET), pl.lit(-1, pl.Int64).alias(OFFSET),
+                                        pl.lit(-1, pl.Int64).cast(pl.Datetime("ms", "UTC")).alias(TIMESTAMP)))
+    return pl.concat(frames, how="vertical_relaxed"), offsets
+
+
+def _merge_commit(live: Table, main: IcebergTable, log: pl.DataFrame, base: pl.DataFrame | None,
+                  rebuilt: set[int], new: LakeSnapshot) -> tuple[int | None, int]:
+    """Apply the folded changes copy-on-write to the data files that hold touched keys; one overwrite commit."""
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    pk = list(live.schema.primary_key)
+    target = lake_arrow_schema(live.schema, "primary-key")
+    upserts, touched = fold_changes(log, pk) if log.height else (log, log.select(pk))
+    upserts = to_lake_rows(upserts, target) if upserts.height else target.empty_table()
+    touched = _as_lake_types(touched, target, pk)
+    touched_buckets = set(log.get_column("_bucket").unique().to_list()) if log.height else set()
+    old_files, kept = _touched_files(main, touched, touched_buckets, rebuilt, pk)
+    parts = [conform(frame, target) for frame in (kept, base) if frame is not None and frame.height]
+    parts = [t for t in (*parts, upserts) if t.num_rows]
+    rows = pa.concat_tables(parts).cast(target) if parts else target.empty_table()
+
+    def write(tx: Any, props: dict[str, str]) -> None:
+        with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
+            for data_file in old_files:
+                overwrite.delete_data_file(data_file)
+            if rows.num_rows:
+                for data_file in _dataframe_to_data_files(table_metadata=tx.table_metadata, df=rows, io=main.io,
+                                                          write_uuid=overwrite.commit_uuid or uuid.uuid4()):
+                    overwrite.append_data_file(data_file)
+
+    return _commit(main, write, new), len(old_files)
+
+
+def _as_lake_types(keys: pl.DataFrame, target: pa.Schema, pk: list[str]) -> pl.DataFrame:
+    """Key columns cast to the lake's types (TINYINT keys are int in Iceberg), so joins with lake rows line up."""
+    frame = pl.from_arrow(keys.to_arrow().cast(pa.schema([target.field(k).with_nullable(True) for k in pk])))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _touched_files(main: IcebergTable, touched: pl.DataFrame, buckets: set[int], rebuilt: set[int],
+                   pk: list[str]) -> tuple[list[Any], pl.DataFrame | None]:
+    """Data files of the touched partitions that hold a touched key (all files of rebuilt buckets), and their
+    rows that stay (those without a touched key)."""
+    from pyiceberg.expressions import AlwaysTrue, In
+    from pyiceberg.io.pyarrow import ArrowScan
+
+    if main.current_snapshot() is None or not (buckets | rebuilt):
+        return [], None
+    scan = main.scan(row_filter=In(BUCKET, sorted(buckets | rebuilt)))
+    tasks = list(scan.plan_files())
+    if not tasks:
+        return [], None
+    metadata, schema = main.metadata, main.schema()
+    key_schema = schema.select(*pk, BUCKET)
+    rewrite: list[Any] = []
+    kept_parts: list[pl.DataFrame] = []
+    touched_keys = touched.lazy()
+    candidates = [t for t in tasks if t.file.partition[0] not in rebuilt]
+    dropped = [t for t in tasks if t.file.partition[0] in rebuilt]  # replaced wholesale by the live state
+    # Many changes per row of the candidate files: nearly every file holds a touched key, so read each file whole
+    # once. Few changes: read only the key columns first, then whole rows of the files that hold a touched key.
+    whole = touched.height * _WHOLE_READ_RATIO >= sum(t.file.record_count for t in candidates)
+    for task in candidates:
+        frame = pl.from_arrow(ArrowScan(metadata, main.io, schema if whole else key_schema, AlwaysTrue()).to_table([task]))
+        assert isinstance(frame, pl.DataFrame)
+        if frame.lazy().join(touched_keys, on=pk, how="semi").limit(1).collect().height:
+            rewrite.append(task)
+            if whole:
+                kept_parts.append(frame.join(touched, on=pk, how="anti", nulls_equal=True))
+    old_files = [t.file for t in dropped] + [t.file for t in rewrite]
+    if not rewrite:
+        return old_files, None
+    if not whole:
+        full = pl.from_arrow(ArrowScan(metadata, main.io, schema, AlwaysTrue()).to_table(rewrite))
+        assert isinstance(full, pl.DataFrame)
+        kept_parts = [full.join(touched, on=pk, how="anti", nulls_equal=True)]
+    return old_files, pl.concat(kept_parts, how="vertical_relaxed")
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    """Whether an exception from pyiceberg / pyarrow / s3fs / botocore means the lake storage did not answer."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        name, module = type(exc).__name__, type(exc).__module__
+        text = str(exc)
+        if isinstance(exc, (ConnectionError, TimeoutError)) or "Timeout" in name or "ConnectTimeout" in name:
+            return True
+        if module.startswith(("botocore", "aiobotocore", "aiohttp", "urllib3")) and (
+                "Connect" in name or "Timeout" in name or "Endpoint" in name):
+            return True
+        if isinstance(exc, OSError) and any(s in text for s in ("NETWORK_CONNECTION", "Could not connect", "timed out",
+                                                                 "Connection refused", "Connection reset", "curlCode")):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False

@@ -1,0 +1,207 @@
+"""The lake: a pyiceberg catalog (SQL on sqlite with a local warehouse by default) holding one Iceberg table per
+live table, plus a ``<table>__history`` changelog table per primary-key table.
+
+Any pyiceberg catalog works by configuration: pass its properties (``type``, ``uri``, ``warehouse``,
+``s3.endpoint``, ...). Lake tables are created with ``commit.retry.num-retries = 0``: pyiceberg 0.12 would
+otherwise rebase a stale tiering commit onto a newer one and regress the tiered offsets; a conflict must
+reach the tiering round, which re-reads the offsets and plans again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fluss_lake.exceptions import InvalidConfigError, LakeTableMismatchError
+from fluss_lake.metadata.table_path import TablePath
+from tiering.lake_snapshot import TABLE_ID_PROPERTY, LakeSnapshot
+from tiering.schema import LakeKind, lake_arrow_schema, system_names
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table as IcebergTable
+
+    from fluss_lake.catalog import Connection
+    from fluss_lake.table import Table
+
+__all__ = ["HISTORY_SUFFIX", "LAKE_DIR", "Lake"]
+
+HISTORY_SUFFIX = "__history"
+LAKE_DIR = "_lake"
+_KIND_PROPERTY = "fluss.lake-kind"
+_TABLE_PROPERTIES = {"commit.retry.num-retries": "0", "write.parquet.compression-codec": "zstd"}
+
+
+class Lake:
+    """A connection to the lake catalog; lake tables are named ``<database>.<table>`` like the live ones.
+
+    Parameters
+    ----------
+    catalog_properties
+        pyiceberg catalog properties. ``type`` picks the catalog (default ``sql``); for S3 give ``warehouse``
+        (``s3://bucket/prefix``), ``s3.endpoint`` (with its scheme), ``s3.access-key-id``,
+        ``s3.secret-access-key`` and ``s3.region`` (see STACK-NOTES §3). ``None`` (the embedded default):
+        a sqlite catalog and a warehouse under ``./fluss-lake-data/_lake``.
+    name
+        The catalog's name (pyiceberg's).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> lake = Lake.local(tempfile.mkdtemp())
+    >>> lake.properties["type"], lake.properties["warehouse"].startswith("file://")
+    ('sql', True)
+    """
+
+    def __init__(self, catalog_properties: Mapping[str, str] | None = None, *, name: str = "fluss") -> None:
+        if catalog_properties is None:
+            catalog_properties = _local_properties(os.path.join("fluss-lake-data", LAKE_DIR))
+        props = {str(k): str(v) for k, v in catalog_properties.items()}
+        props.setdefault("type", "sql")
+        if props["type"] == "sql" and "uri" not in props:
+            raise InvalidConfigError("a SQL lake catalog needs a 'uri' property (e.g. 'sqlite:///path/catalog.db'); "
+                                     "or use Lake.local(path) for the embedded default")
+        self.properties = props
+        self.name = name
+        self._catalog: Any = None
+
+    @classmethod
+    def local(cls, path: str | os.PathLike) -> Lake:
+        """The embedded default: a sqlite catalog ``<path>/catalog.db`` and the warehouse ``<path>/warehouse``."""
+        return cls(_local_properties(os.fspath(path)))
+
+    @classmethod
+    def for_connection(cls, connection: Connection, catalog_properties: Mapping[str, str] | None = None) -> Lake:
+        """The lake of a live store: `catalog_properties` if given, else a local lake in ``<store>/_lake``.
+
+        A store on S3 has no local folder for the default sqlite catalog: give `catalog_properties` then.
+        """
+        if catalog_properties is not None:
+            return cls(catalog_properties)
+        root = connection.store.local_path("")
+        if root is None:
+            raise InvalidConfigError(f"the live store {connection.url} is not a local folder, so there is no embedded "
+                                     "lake beside it; pass catalog_properties (uri, warehouse, s3.* keys)")
+        return cls.local(os.path.join(root, LAKE_DIR))
+
+    # ------------------------------------------------------------ catalog
+    @property
+    def catalog(self) -> Any:
+        """The pyiceberg catalog (loaded on first use)."""
+        if self._catalog is None:
+            from pyiceberg.catalog import load_catalog
+
+            if self.properties.get("type") == "sql" and self.properties["uri"].startswith("sqlite:///"):
+                os.makedirs(os.path.dirname(self.properties["uri"][len("sqlite:///"):]) or ".", exist_ok=True)
+            for attempt in range(5):
+                try:
+                    self._catalog = load_catalog(self.name, **self.properties)
+                    break
+                except Exception as exc:  # two processes creating the SQL catalog's tables at once: the loser retries
+                    if "already exists" not in str(exc) or attempt == 4:
+                        raise
+        return self._catalog
+
+    def storage_options(self) -> dict[str, str]:
+        """Object-store options for Polars readers (the catalog's ``s3.*`` keys mapped; empty for local files)."""
+        mapping = {"s3.endpoint": "aws_endpoint_url", "s3.access-key-id": "aws_access_key_id",
+                   "s3.secret-access-key": "aws_secret_access_key", "s3.region": "aws_region",
+                   "s3.session-token": "aws_session_token"}
+        options = {target: self.properties[key] for key, target in mapping.items() if key in self.properties}
+        if options.get("aws_endpoint_url", "").startswith("http://"):
+            options["aws_allow_http"] = "true"
+        return options
+
+    @staticmethod
+    def identifier(path: str | TablePath, kind: LakeKind = "log") -> tuple[str, str]:
+        """``(namespace, name)`` of a lake table: the live names; ``<table>__history`` for a history table."""
+        path = TablePath.of(path)
+        return path.database, path.table + (HISTORY_SUFFIX if kind == "history" else "")
+
+    def load(self, path: str | TablePath, kind: LakeKind = "log") -> IcebergTable | None:
+        """The lake table (``kind='history'``: the changelog table), or None if it was never created."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.load_table(self.identifier(path, kind))
+        except NoSuchTableError:
+            return None
+
+    def snapshot(self, path: str | TablePath, kind: LakeKind = "log") -> LakeSnapshot:
+        """The tiering progress of a lake table (an empty snapshot if it does not exist)."""
+        table = self.load(path, kind)
+        return LakeSnapshot(None) if table is None else LakeSnapshot.of_table(table)
+
+    def ensure(self, live: Table, kind: LakeKind) -> IcebergTable:
+        """Create the lake table of `live` (``kind``: its own kind, or ``history``), or add columns added live."""
+        from pyiceberg.exceptions import (
+            NamespaceAlreadyExistsError,
+        )
+
+        target = lake_arrow_schema(live.schema, kind)
+        table = self.load(live.path, kind)
+        if table is None:
+            namespace, name = self.identifier(live.path, kind)
+            try:
+                self.catalog.create_namespace(namespace)
+            except Exception as exc:  # another tiering run may create it at the same moment (IntegrityError)
+                if not isinstance(exc, NamespaceAlreadyExistsError) and (namespace,) not in self.catalog.list_namespaces():
+                    raise
+            properties = {**_TABLE_PROPERTIES, TABLE_ID_PROPERTY: live.info.table_id, _KIND_PROPERTY: kind}
+            try:
+                table = self.catalog.create_table((namespace, name), schema=target, properties=properties)
+            except Exception as exc:  # another tiering run created it first
+                table = self.load(live.path, kind)
+                if table is None:
+                    raise
+                del exc
+        self._check_owner(table, live, kind)
+        if table.current_snapshot() is None:  # idempotent: a crash between create and here is repaired here
+            if table.spec().is_unpartitioned():
+                with table.update_spec() as spec:
+                    spec.add_identity("__bucket")
+            if kind == "primary-key" and not table.schema().identifier_field_ids:
+                with table.update_schema() as update:  # Iceberg identifier fields = the primary key (as Fluss)
+                    update.set_identifier_fields(*live.schema.primary_key)
+        return self._evolve(table, target, kind)
+
+    @staticmethod
+    def _check_owner(table: IcebergTable, live: Table, kind: LakeKind) -> None:
+        owner = table.properties.get(TABLE_ID_PROPERTY)
+        if owner != live.info.table_id or table.properties.get(_KIND_PROPERTY) != kind:
+            raise LakeTableMismatchError(
+                f"lake table {'.'.join(table.name())} belongs to live table id {owner} ({table.properties.get(_KIND_PROPERTY)}"
+                f"), not to {live.path} (id {live.info.table_id}, {kind}): the live table was dropped and created again."
+                " Drop the old lake table (Lake.drop) or rename it to keep its data, then tier again")
+
+    @staticmethod
+    def _evolve(table: IcebergTable, target: Any, kind: LakeKind) -> IcebergTable:
+        """Add live columns the lake lacks, before the system columns (only ADD COLUMN is propagated)."""
+        current = {f.name for f in table.schema().fields}
+        added = [f.name for f in target if f.name not in current]
+        for name in set(current) - set(target.names):
+            raise LakeTableMismatchError(f"lake table {'.'.join(table.name())} has column {name!r} that the live "
+                                         "table lacks; only added columns are propagated to the lake")
+        if added:
+            first_system = system_names(kind)[0]
+            with table.update_schema() as update:
+                update.union_by_name(target)
+                for name in added:
+                    update.move_before(name, first_system)
+        return table
+
+    def drop(self, path: str | TablePath) -> None:
+        """Drop the lake table of a live table and its history table (their files stay until maintenance)."""
+        for kind in ("log", "history"):
+            if self.load(path, kind) is not None:  # type: ignore[arg-type]
+                self.catalog.drop_table(self.identifier(path, kind))  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"<Lake {self.properties.get('type')} {self.properties.get('warehouse', '')}>"
+
+
+def _local_properties(path: str) -> dict[str, str]:
+    """SQL catalog on sqlite + a local warehouse under `path`."""
+    root = Path(path).absolute()
+    return {"type": "sql", "uri": f"sqlite:///{root / 'catalog.db'}", "warehouse": root.joinpath("warehouse").as_uri()}

@@ -1,0 +1,213 @@
+"""Reading the lake: lake tables and history as Polars LazyFrames, union reads, and DuckDB views.
+
+Lake tables are written copy-on-write (no delete files) and only ever gain columns, so a snapshot is exactly
+the rows of its data files: :func:`read_lake` plans the files with pyiceberg and scans them with Polars' native
+Parquet reader (lazy: projections and filters are pushed down; absent columns of older files read as null).
+
+A union read is the latest lake snapshot plus the live log after its offsets (FLUSS-SEMANTICS §7.5): all rows
+for a log table; for a primary-key table the lake's current state with the live changelog tail folded in (the
+latest after-image replaces a row, ``-D`` removes it). Because the lake holds what the live log no longer
+retains, the view stays complete after ``table.log.ttl`` removed old live data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from fluss_lake.exceptions import TableNotExistError
+from fluss_lake.metadata.table_path import TablePath
+from tiering.changes import apply_changes, fold_changes
+from tiering.lake_snapshot import LakeSnapshot
+from tiering.log_reader import log_reader
+from tiering.schema import BUCKET, OFFSET, SYSTEM_COLUMNS, TIMESTAMP
+
+if TYPE_CHECKING:
+    from fluss_lake.catalog import Connection
+    from fluss_lake.table import Table
+    from tiering.lake import Lake
+
+__all__ = ["read_history", "read_lake", "register_duckdb", "union_read"]
+
+
+def _scan(lake: Lake, iceberg_table: Any, snapshot_id: int | None = None) -> pl.LazyFrame:
+    """A lazy scan of the data files of one snapshot (default: the current one)."""
+    import pyarrow as pa
+
+    empty = pl.from_arrow(pa.schema(iceberg_table.schema().as_arrow()).empty_table())
+    assert isinstance(empty, pl.DataFrame)
+    schema = empty.schema
+    if snapshot_id is None and iceberg_table.current_snapshot() is None:
+        return pl.LazyFrame(schema=schema)
+    files = [task.file.file_path for task in iceberg_table.scan(snapshot_id=snapshot_id).plan_files()]
+    if not files:
+        return pl.LazyFrame(schema=schema)
+    return pl.scan_parquet(files, schema=schema, missing_columns="insert", hive_partitioning=False, glob=False,
+                           storage_options=lake.storage_options() or None)
+
+
+def read_lake(lake: Lake, path: str | TablePath, *, snapshot_id: int | None = None) -> pl.LazyFrame:
+    """A lake table (a primary-key table's current state, a log table's rows) with its system columns.
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl, tiering
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.t", schema={"k": "INT", "v": "STRING"}, primary_key=["k"],
+    ...                       options={"table.datalake.enabled": True})
+    >>> _ = conn.get_table("d.t").upsert([{"k": 1, "v": "a"}, {"k": 2, "v": "b"}])
+    >>> _ = conn.get_table("d.t").delete([{"k": 2}])
+    >>> lake = tiering.Lake.for_connection(conn); _ = tiering.tier_once(conn, lake)
+    >>> read_lake(lake, "d.t").select("k", "v", "__offset").collect().to_dicts()
+    [{'k': 1, 'v': 'a', '__offset': 0}]
+    """
+    table = lake.load(path)
+    if table is None:
+        raise TableNotExistError(f"the lake has no table {TablePath.of(path)}; tier it first (tier_once)")
+    return _scan(lake, table, snapshot_id)
+
+
+def read_history(lake: Lake, path: str | TablePath) -> pl.LazyFrame:
+    """The changelog history of a primary-key table: live columns + ``__change_type`` (``+I -U +U -D``),
+    ``__bucket``, ``__offset`` and ``__timestamp`` (commit time), one row per changelog record.
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl, tiering
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.t", schema={"k": "INT", "v": "STRING"}, primary_key=["k"],
+    ...                       options={"table.datalake.enabled": True})
+    >>> _ = conn.get_table("d.t").upsert([{"k": 1, "v": "a"}]); _ = conn.get_table("d.t").upsert([{"k": 1, "v": "b"}])
+    >>> lake = tiering.Lake.for_connection(conn); _ = tiering.tier_once(conn, lake)
+    >>> read_history(lake, "d.t").sort("__offset").select("__change_type", "v").collect().rows()
+    [('+I', 'a'), ('-U', 'a'), ('+U', 'b')]
+    """
+    table = lake.load(path, "history")
+    if table is None:
+        raise TableNotExistError(f"the lake has no history table for {TablePath.of(path)} (only primary-key tables "
+                                 "have one; tier the table first with tier_once)")
+    return _scan(lake, table)
+
+
+def union_read(live: Table, lake: Lake, *, columns: Sequence[str] | None = None,
+               system_columns: bool = False) -> pl.LazyFrame:
+    """The latest lake snapshot + the live log after its offsets: a complete, fresh view of `live`.
+
+    Log tables: every row (the lake's, then the live tail). Primary-key tables: the current state. Columns have
+    the live types; `system_columns` adds ``__bucket``, ``__offset`` and ``__timestamp`` (``-1`` / epoch - 1 ms
+    for rows rebuilt from the live state).
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl, tiering
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.t", schema={"k": "INT", "v": "STRING"}, primary_key=["k"],
+    ...                       options={"table.datalake.enabled": True})
+    >>> t = conn.get_table("d.t"); _ = t.upsert([{"k": 1, "v": "a"}, {"k": 2, "v": "b"}])
+    >>> lake = tiering.Lake.for_connection(conn); _ = tiering.tier_once(conn, lake)
+    >>> _ = t.upsert([{"k": 1, "v": "new"}]); _ = t.delete([{"k": 2}])    # not tiered yet
+    >>> union_read(t, lake).collect().to_dicts()
+    [{'k': 1, 'v': 'new'}]
+    """
+    names = list(columns) if columns is not None else list(live.schema.names)
+    dtypes = live.schema.polars_schema
+    keep = [*names, *SYSTEM_COLUMNS] if system_columns else names
+    iceberg_table = lake.load(live.path)
+    snap = LakeSnapshot.of_table(iceberg_table) if iceberg_table is not None else LakeSnapshot(None)
+    if snap.table_id not in (None, live.info.table_id):
+        snap = LakeSnapshot(None)  # the lake table belongs to an older incarnation: read live only
+        iceberg_table = None
+    end, earliest = log_reader(live).end_offsets(), log_reader(live).earliest_offsets()
+    lake_rows = _as_live(_scan(lake, iceberg_table, snap.snapshot_id) if iceberg_table is not None
+                         and snap.snapshot_id is not None else None, live)
+    starts = {b: snap.offset(b) for b in end}
+    if not live.is_primary_key_table:
+        tail = log_reader(live).scan_log(start_offsets={b: max(starts[b], earliest[b]) for b in end}, end_offsets=end)
+        parts = [frame for frame in (lake_rows, _tail_rows(tail).lazy()) if frame is not None]
+        return pl.concat([p.select(keep) for p in parts], how="vertical_relaxed")
+    pk = list(live.schema.primary_key)
+    expired = {b for b in end if starts[b] < earliest[b]}  # the lake is behind what the live log retains
+    tail = log_reader(live).scan_log(start_offsets={b: (end[b] if b in expired else starts[b]) for b in end}, end_offsets=end)
+    upserts, touched = fold_changes(tail, pk)
+    current = lake_rows if lake_rows is not None else pl.LazyFrame(schema={**dtypes, BUCKET: pl.Int32,
+                                                                         OFFSET: pl.Int64,
+                                                                         TIMESTAMP: pl.Datetime("us", "UTC")})
+    if expired:  # those buckets come from the live state, which is complete
+        current = current.filter(~pl.col(BUCKET).is_in(sorted(expired)))
+    merged = apply_changes(current.select(*dtypes, *SYSTEM_COLUMNS), _tail_rows(upserts).lazy(), touched.lazy(), pk)
+    if expired:
+        merged = pl.concat([merged, _live_state(live, expired)], how="vertical_relaxed")
+    return merged.select(keep)
+
+
+def _as_live(frame: pl.LazyFrame | None, live: Table) -> pl.LazyFrame | None:
+    """Lake rows with the live column types (columns added live but not tiered yet read as null)."""
+    if frame is None:
+        return None
+    have = frame.collect_schema().names()
+    cols = [pl.col(c).cast(t) if c in have else pl.lit(None, t).alias(c) for c, t in live.schema.polars_schema.items()]
+    return frame.select(*cols, pl.col(BUCKET), pl.col(OFFSET), pl.col(TIMESTAMP))
+
+
+def _tail_rows(log: pl.DataFrame) -> pl.DataFrame:
+    """Live log rows with the lake's system column names and types."""
+    return log.drop("_change_type").rename({"_bucket": BUCKET, "_offset": OFFSET, "_commit_timestamp": TIMESTAMP}) \
+        .with_columns(pl.col(TIMESTAMP).cast(pl.Datetime("us", "UTC")))
+
+
+def _live_state(live: Table, buckets: set[int]) -> pl.LazyFrame:
+    """Current rows of some buckets from the live state (their un-tiered log expired)."""
+    frames = []
+    for b in sorted(buckets):
+        tablet = live.kv_tablet(b)
+        with tablet.lock:
+            tablet.catch_up()
+            frames.append(tablet.kv.scan().with_columns(
+                pl.lit(b, pl.Int32).alias(BUCKET), pl.lit(-1, pl.Int64).alias(OFFSET),
+                pl.lit(-1000, pl.Int64).cast(pl.Datetime("us", "UTC")).alias(TIMESTAMP)))
+    return pl.concat(frames, how="vertical_relaxed").lazy()
+
+
+def register_duckdb(con: Any, lake: Lake, connection: Connection | None = None, *,
+                    tables: Sequence[str | TablePath] | None = None, union: bool = True) -> list[str]:
+    """Register lake tables (union reads when `connection` is given and `union`) as DuckDB views ``db.table``,
+    and primary-key histories as ``db."table__history"``; returns the view names.
+
+    The views read Arrow data handed over by Polars, not DuckDB's iceberg extension: duckdb 2.0.1 cannot
+    install that extension offline and the PyPI extension wheels only load into duckdb 1.5.5 (STACK-NOTES §4).
+    The data is read when registering: register again to see newer data.
+
+    Examples
+    --------
+    >>> import duckdb, tempfile, fluss_lake as fl, tiering
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.ev", schema={"v": "INT"}, options={"table.datalake.enabled": True})
+    >>> _ = conn.get_table("d.ev").append([{"v": 1}, {"v": 2}])
+    >>> lake = tiering.Lake.for_connection(conn); _ = tiering.tier_once(conn, lake)
+    >>> _ = conn.get_table("d.ev").append([{"v": 3}])
+    >>> con = duckdb.connect(); register_duckdb(con, lake, conn)
+    ['d.ev']
+    >>> con.sql("select sum(v) from d.ev").fetchall()
+    [(6,)]
+    """
+    if tables is None:
+        tables = [TablePath(ns[0], name) for ns in lake.catalog.list_namespaces()
+                  for _, name in lake.catalog.list_tables(ns) if not name.endswith("__history")]
+    views = []
+    for path in map(TablePath.of, tables):
+        frames = {}
+        if connection is not None and union:
+            frames[path.table] = union_read(connection.get_table(path), lake)
+        else:
+            frames[path.table] = read_lake(lake, path)
+        if lake.load(path, "history") is not None:
+            frames[path.table + "__history"] = read_history(lake, path)
+        con.execute(f'CREATE SCHEMA IF NOT EXISTS "{path.database}"')
+        for name, frame in frames.items():
+            hidden = f"__fluss_lake_{path.database}_{name}"
+            con.register(hidden, frame.collect().to_arrow())
+            con.execute(f'CREATE OR REPLACE VIEW "{path.database}"."{name}" AS SELECT * FROM "{hidden}"')
+            views.append(f"{path.database}.{name}")
+    return views
