@@ -130,3 +130,28 @@ def test_retention_can_be_altered_and_auto_partitioning_switched_off(tmp_path) -
     table.create_partition("19990101")  # no retention rule any more
     assert table.auto_partition() == ([], [])
     assert [p.name for p in table.list_partitions()] == ["19990101"]
+
+
+def test_log_ttl_local_ttl_and_partition_retention_are_separate_knobs(tmp_path) -> None:
+    """``table.log.ttl`` trims old log batches inside partitions (never partitions, never state);
+    partition retention drops whole partitions; ``table.log.local-ttl`` only concerns Fluss's local copy of a log
+    already tiered to remote storage, which this store does not have (every batch lives in the store): no effect."""
+    clock = Clock("2024-11-10T00:00:00")
+    table = _table(tmp_path, clock, num_retention=2, num_precreate=0, schema={"dt": "STRING", "id": "INT", "v": "INT"},
+                   primary_key=("dt", "id"))
+    conn = table.connection
+    conn.alter_table("d.t", set_options={"table.log.ttl": "1 h", "table.log.local-ttl": "1 ms"})
+    table = conn.get_table("d.t")
+    table.upsert([{"dt": "20241110", "id": 1, "v": 1}])
+    clock.now = _ms("2024-11-10T00:30:00")
+    table.upsert([{"dt": "20241110", "id": 1, "v": 2}])
+    assert table.changelog().height == 3  # local-ttl expired nothing
+    clock.now = _ms("2024-11-10T03:00:00")
+    table.upsert([{"dt": "20241110", "id": 2, "v": 3}])
+    table.expire_log()
+    assert table.changelog()["_log_offset"].min() > 0  # log.ttl trimmed the old batches...
+    assert table.to_polars().sort("id")["v"].to_list() == [2, 3]  # ...never the state
+    assert [p.name for p in table.list_partitions()] == ["20241110"]  # ...nor the partition
+    clock.now = _ms("2024-11-13T00:00:00")
+    assert table.auto_partition() == ([], ["20241110"])  # retention drops the whole partition
+    assert table.to_polars().height == 0
