@@ -57,7 +57,7 @@ def begin_step(job: Job, sink: Table, until: Mapping[str, Mapping[Key, int]]) ->
     On a partitioned sink the marks are per (partition, bucket), with the partition ids: a partition created
     (or re-created) after the announcement is searched from its start."""
     marks: dict[Key, int] = {}
-    ids: dict[str, int] = {}
+    ids: dict[str, str] = {}
     for part in _sink_parts(sink):
         try:
             marks.update({(part.partition_name, b): o for b, o in part.end_offsets().items()})

@@ -42,7 +42,7 @@ class Checkpoint:
     table_ids: dict[str, str]
     extra: dict[str, Any] = field(default_factory=dict)
     #: alias -> partition name -> partition id (partitioned inputs only)
-    partitions: dict[str, dict[str, int]] = field(default_factory=dict)
+    partitions: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"number": self.number, "job_uid": self.job_uid, "table_ids": self.table_ids, "extra": self.extra,
@@ -53,7 +53,7 @@ class Checkpoint:
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Checkpoint:
         offsets = {alias: {(p, int(b)): int(o) for p, b, o in rows} for alias, rows in body["offsets"].items()}
-        partitions = {alias: {str(n): int(i) for n, i in ids.items()} for alias, ids in (body.get("partitions") or {}).items()}
+        partitions = {alias: {str(n): str(i) for n, i in ids.items()} for alias, ids in (body.get("partitions") or {}).items()}
         return cls(int(body["number"]), body["job_uid"], offsets, dict(body["table_ids"]), dict(body.get("extra") or {}),
                    partitions)
 

@@ -17,7 +17,11 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from fluss_lake.exceptions import InvalidConfigError, JobStateError, PartitionNotExistError
+from fluss_lake.exceptions import (
+    InvalidConfigError,
+    JobStateError,
+    PartitionNotExistError,
+)
 from fluss_lake.jobs.checkpoint import BucketOffsets, Checkpoint, CheckpointStore
 
 if TYPE_CHECKING:
@@ -82,7 +86,7 @@ class Job:
         """Offsets of an input the checkpoint does not know yet: its log ends ('latest') or starts ('earliest')."""
         table = self.inputs[alias]
         offsets: BucketOffsets = {}
-        ids: dict[str, int] = {}
+        ids: dict[str, str] = {}
         for part in self._partitions_of(alias).values() if table.is_partitioned else [table]:
             try:
                 ends = part.end_offsets() if start == "latest" else part.earliest_offsets()
