@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from fluss_lake.exceptions import PartitionNotExistError
-from fluss_lake.metadata.partition import partition_name, value_string
+from fluss_lake.jobs.job import partition_names
 
 if TYPE_CHECKING:
     from fluss_lake.jobs.job import Job
@@ -112,12 +112,7 @@ def _row_keys(sink: Table, rows: pl.DataFrame) -> pl.Series:
     buckets = pl.Series("b", sink.buckets_of(rows)).cast(pl.String)
     if not sink.is_partitioned:
         return pl.select(pl.lit("/") + buckets).to_series()
-    dtypes = sink.merge_spec.dtypes
-    keys = list(sink.partition_keys)
-    distinct = rows.select(keys).unique(maintain_order=True)
-    names = [partition_name([value_string(v, dtypes[k]) for k, v in zip(keys, values)]) for values in distinct.rows()]
-    named = distinct.with_columns(pl.Series("__name", names, dtype=pl.String))
-    part = rows.select(keys).join(named, on=keys, how="left", maintain_order="left", nulls_equal=True)["__name"]
+    part = partition_names(sink, rows)
     return pl.select(part + "/" + buckets).to_series()
 
 

@@ -128,7 +128,7 @@ class Job:
                 part_ends = part.end_offsets()
                 if known.get(name) != pid:  # new (or re-created): from its start
                     if name in known:
-                        self.forgotten_partitions.setdefault(alias, []).append(name)
+                        self._forget(alias, [name])
                     offsets = {k: o for k, o in offsets.items() if k[0] != name}
                     offsets.update({(name, b): o for b, o in part.earliest_offsets().items()})
                     ids[name] = pid
@@ -137,7 +137,7 @@ class Job:
             ends.update({(name, b): o for b, o in part_ends.items()})
         gone = [n for n in known if n not in handles]
         if gone:
-            self.forgotten_partitions.setdefault(alias, []).extend(gone)
+            self._forget(alias, gone)
             offsets = {k: o for k, o in offsets.items() if k[0] not in gone}
             ids = {n: i for n, i in ids.items() if n not in gone}
         offsets = {k: o for k, o in offsets.items() if k in ends}  # dropped while we listed
@@ -145,6 +145,11 @@ class Job:
             self.checkpoint = Checkpoint(old.number, old.job_uid, {**old.offsets, alias: offsets}, old.table_ids,
                                          old.extra, {**old.partitions, alias: ids})
         return ends
+
+    def _forget(self, alias: str, names: Sequence[str]) -> None:
+        """Partitions of an input that were dropped (or re-created) since the checkpoint; a job keeping rows of
+        its inputs overrides this to drop theirs."""
+        self.forgotten_partitions.setdefault(alias, []).extend(names)
 
     # ------------------------------------------------------------ offsets
     def offsets(self, alias: str) -> dict:
@@ -278,6 +283,20 @@ class Job:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} inputs={list(self.inputs)}>"
+
+
+def partition_names(table: Table, frame: pl.DataFrame) -> pl.Series:
+    """The partition name of every row of `frame` (which holds the table's partition columns); work per distinct
+    partition, not per row."""
+    from fluss_lake.metadata.partition import partition_name, value_string
+
+    dtypes = table.merge_spec.dtypes
+    keys = list(table.partition_keys)
+    distinct = frame.select(keys).unique(maintain_order=True)
+    names = [partition_name([value_string(v, dtypes[k]) for k, v in zip(keys, values)]) for values in distinct.rows()]
+    named = distinct.with_columns(pl.Series("__partition_name", names, dtype=pl.String))
+    return frame.select(keys).join(named, on=keys, how="left", maintain_order="left",
+                                   nulls_equal=True).get_column("__partition_name")
 
 
 def default_job_name(kind: str, target: Table | None, fallback: str) -> str:

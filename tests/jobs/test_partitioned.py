@@ -17,7 +17,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import fluss_lake as fl
-from fluss_lake.jobs import Aggregation, DeltaJoin, Join, LookupJoin, explain_join
+from fluss_lake.jobs import (
+    Aggregation,
+    DeltaJoin,
+    Join,
+    LookupJoin,
+    StatefulJoin,
+    explain_join,
+)
 
 DAYS = ["d1", "d2", "d3"]
 
@@ -35,7 +42,8 @@ class _Orders:
     """orders(day, k, x) and shipments(day, k, y), both partitioned by day with bucket key k, joined on (day, k)
     (partition keys + bucket key: a prefix lookup on each side), LEFT JOIN rates(day, k) by its primary key."""
 
-    def __init__(self, *, result_partitioned: bool) -> None:
+    def __init__(self, *, result_partitioned: bool, stateful: bool = False) -> None:
+        self.stateful = stateful
         self.conn = fl.connect(tempfile.mkdtemp(prefix="jobs-part-"))
         self.conn.create_database("o")
         c = self.conn.create_table
@@ -50,8 +58,8 @@ class _Orders:
         self.result = self.conn.get_table("o.result")
         self.job = self.new_job()
 
-    def new_job(self) -> DeltaJoin:
-        return DeltaJoin(self.result, self.tables, [Join("a", "b", ["day", "k"]), Join("a", "c", ["day", "k"], how="left")],
+    def new_job(self) -> DeltaJoin | StatefulJoin:
+        return (StatefulJoin if self.stateful else DeltaJoin)(self.result, self.tables, [Join("a", "b", ["day", "k"]), Join("a", "c", ["day", "k"], how="left")],
                          name="orders", batch_rows=3)
 
     def write(self, op: tuple) -> None:
@@ -118,8 +126,8 @@ DROP_UNCONSUMED = [("upsert", 0, 1, 0, 0, 1), ("upsert", 1, 1, 0, 0, 2), ("drop"
                    ("upsert", 1, 1, 0, 1, 4), ("crash_before_checkpoint", 0, 0, 0, 0, 0)]
 
 
-def _run_orders(ops: list[tuple], *, result_partitioned: bool) -> None:
-    h = _Orders(result_partitioned=result_partitioned)
+def _run_orders(ops: list[tuple], *, result_partitioned: bool, stateful: bool = False) -> None:
+    h = _Orders(result_partitioned=result_partitioned, stateful=stateful)
     for op in ops:
         kind = op[0]
         if kind in ("upsert", "delete", "drop"):
@@ -148,6 +156,15 @@ def _run_orders(ops: list[tuple], *, result_partitioned: bool) -> None:
 @example(ops=RECREATED_UNSEEN)
 def test_partitioned_delta_join_equals_batch_join(result_partitioned: bool, ops: list[tuple]) -> None:
     _run_orders(ops, result_partitioned=result_partitioned)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=PART_OPS)
+@example(ops=DROP_AND_RECREATE)
+@example(ops=RECREATED_UNSEEN)
+def test_partitioned_stateful_join_equals_batch_join(ops: list[tuple]) -> None:
+    """The stateful join drops a dropped partition's rows from its state, so it behaves as the delta join."""
+    _run_orders(ops, result_partitioned=True, stateful=True)
 
 
 def test_dropping_an_input_partition_keeps_the_results_derived_from_it() -> None:
