@@ -20,6 +20,7 @@ import polars as pl
 from fluss_lake.exceptions import (
     InvalidConfigError,
     JobStateError,
+    OffsetOutOfRangeError,
     PartitionNotExistError,
 )
 from fluss_lake.jobs.checkpoint import BucketOffsets, Checkpoint, CheckpointStore
@@ -213,14 +214,24 @@ class Job:
                     starts[b] = ends[b] = at if at is not None else part.log_tablet(b).refresh()
             try:
                 frames.append(part.scan_log(start_offsets=starts, end_offsets=ends, columns=list(columns)))
-            except PartitionNotExistError:
-                continue  # dropped while reading: its rows are gone (as in Fluss)
+            except (PartitionNotExistError, OffsetOutOfRangeError):
+                if name is None or self._partition_alive(alias, part):
+                    raise
+                continue  # dropped since we listed it: its rows are gone (as in Fluss); forgotten on the next sync
         if frames:
             return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
         if table.is_partitioned:
             return table.scan_log(end_offsets={}, columns=list(columns)).drop("_partition")
         latest = {b: table.log_tablet(b).refresh() for b in range(table.bucket_num)}
         return table.scan_log(start_offsets=latest, end_offsets=latest, columns=list(columns))
+
+    def _partition_alive(self, alias: str, part: Table) -> bool:
+        """Whether the partition of this handle still exists (not dropped, not re-created under its name)."""
+        try:
+            now = self.connection.get_partition(self.inputs[alias].path, part.partition_name)  # type: ignore[arg-type]
+        except PartitionNotExistError:
+            return False
+        return now.partition_id == part.partition_info.partition_id  # type: ignore[union-attr]
 
     def _handle(self, alias: str, name: str) -> Table | None:
         handles = self._handles.get(alias)

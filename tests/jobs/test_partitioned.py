@@ -356,3 +356,27 @@ def test_aggregation_replay_into_partitioned_table_in_a_new_process(tmp_path) ->
     assert report.rows_upserted == 0
     got = totals2.to_polars().sort("day", "g").select("day", "g", "n", "total").rows()
     assert got == [("d1", 0, 0, 0), ("d1", 1, 1, 10), ("d1", 9, 1, 1), ("d2", 1, 1, 5)]
+
+
+def test_a_partition_dropped_while_the_job_reads_it_is_skipped() -> None:
+    """The drop lands between the job's partition listing and its read of that partition's log."""
+    h = _Orders(result_partitioned=True)
+    a, b = h.tables["a"], h.tables["b"]
+    a.upsert([{"day": "d1", "k": 1, "x": 1, "v": 1}, {"day": "d2", "k": 1, "x": 1, "v": 2}])
+    b.upsert([{"day": "d1", "k": 1, "y": 1, "w": 1}, {"day": "d2", "k": 1, "y": 1, "w": 2}])
+    dropped = []
+
+    class Racing(DeltaJoin):
+        def _read(self, alias, ranges, columns):
+            if not dropped and any(p == "d1" for p, _ in ranges):
+                a.drop_partition("d1")
+                dropped.append("d1")
+            return super()._read(alias, ranges, columns)
+
+    job = Racing(h.result, h.tables, [Join("a", "b", ["day", "k"]), Join("a", "c", ["day", "k"], how="left")],
+                 name="racing")
+    job.run_once()
+    assert dropped == ["d1"]
+    assert h.result.to_polars().select("day", "v", "w").rows() == [("d2", 2, 2)]
+    job.run_once()
+    assert {p for p, _ in job.offsets("a")} == {"d2"} and job.forgotten_partitions == {"a": ["d1"]}
