@@ -4,6 +4,10 @@ A job consumes the changelogs of its input tables in *steps*. A step reads a bou
 log (``batch_rows`` records), writes its results, then commits a checkpoint naming the offsets it consumed.
 If the process dies between the write and the checkpoint, the next run repeats the step: every job makes that
 repetition harmless (idempotent upserts/deletes, or writer ids recognised as already committed).
+
+Partitioned inputs are read per (partition, bucket): each step lists the partitions, reads partitions the
+checkpoint does not know (new, or re-created under a known name) from their start and forgets the offsets of
+dropped ones (their results stay: a drop writes no delete records, as in Fluss).
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ class JobReport:
 
 
 class Job:
-    """Base of the jobs: checkpointed offsets per input bucket and the run loop (subclasses define a step)."""
+    """Base of the jobs: checkpointed offsets per input (partition and) bucket and the run loop (subclasses define
+    a step)."""
 
     kind = "job"
 

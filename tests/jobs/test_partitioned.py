@@ -24,6 +24,7 @@ from fluss_lake.jobs import (
     LookupJoin,
     StatefulJoin,
     explain_join,
+    join,
 )
 
 DAYS = ["d1", "d2", "d3"]
@@ -228,6 +229,14 @@ def test_explain_on_partitioned_sides() -> None:
     with pytest.raises(fl.JoinNotSupportedError, match="partition columns"):
         DeltaJoin(h.conn.get_table("o.r2"), {"a": t["a"], "b": t["b"]}, [Join("a", "b", ["k"])],
                   select={"k": "a.k", "x": "a.x", "y": "b.y", "d1": "a.day", "d2": "b.day"})
+    # the stateful fallback runs it: rows of different days join
+    t["a"].upsert([{"day": "d1", "k": 1, "x": 1, "v": 0}])
+    t["b"].upsert([{"day": "d2", "k": 1, "y": 5, "w": 0}, {"day": "d3", "k": 2, "y": 6, "w": 0}])
+    job = join(h.conn.get_table("o.r2"), {"a": t["a"], "b": t["b"]}, [Join("a", "b", ["k"])],
+               select={"k": "a.k", "x": "a.x", "y": "b.y", "d1": "a.day", "d2": "b.day"}, fallback="stateful")
+    assert job.explain().strategy == "stateful"
+    job.run_once()
+    assert h.conn.get_table("o.r2").to_polars().select("d1", "d2", "k", "y").rows() == [("d1", "d2", 1, 5)]
 
 
 # ---------------------------------------------------------------- lookup join with a partitioned dimension
