@@ -150,7 +150,7 @@ def _run_orders(ops: list[tuple], *, result_partitioned: bool, stateful: bool = 
 
 
 @pytest.mark.parametrize("result_partitioned", [True, False])
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=PART_OPS)
 @example(ops=DROP_AND_RECREATE)
 @example(ops=DROP_UNCONSUMED)
@@ -159,7 +159,7 @@ def test_partitioned_delta_join_equals_batch_join(result_partitioned: bool, ops:
     _run_orders(ops, result_partitioned=result_partitioned)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=PART_OPS)
 @example(ops=DROP_AND_RECREATE)
 @example(ops=RECREATED_UNSEEN)
@@ -326,7 +326,7 @@ def _crash_after_write(job) -> None:
     job.checkpoints.commit = commit
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=st.lists(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3), st.integers(-9, 9)),
                                  min_size=1, max_size=5), min_size=1, max_size=5),
        crashes=st.lists(st.booleans(), min_size=5, max_size=5))
