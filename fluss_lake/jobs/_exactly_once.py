@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from fluss_lake.exceptions import PartitionNotExistError
+from fluss_lake.exceptions import OffsetOutOfRangeError, PartitionNotExistError
 from fluss_lake.jobs.job import partition_names
 
 if TYPE_CHECKING:
@@ -102,8 +102,10 @@ def _committed_buckets(sink: Table, step: Mapping[str, Any], writer_id: str) -> 
 
                 for _ in tablet.read(start, header_filter=seen):
                     pass
-            except PartitionNotExistError:
-                break
+            except (PartitionNotExistError, OffsetOutOfRangeError):
+                if part.partition_info is None:
+                    raise
+                break  # dropped since we listed it: its rows are written again into a new partition of that name
     return done
 
 
@@ -128,7 +130,7 @@ def write_once(job: Job, sink: Table, step: Mapping[str, Any], rows: pl.DataFram
             rows = rows.filter(~_row_keys(sink, rows).is_in([f"{p or ''}/{b}" for p, b in done]))
         elif sink.is_partitioned:  # a key-less log sink got each partition's rows in one bucket
             gone = {p for p, _ in done}
-            part = _row_keys(sink, rows).str.split("/").list.first()
+            part = partition_names(sink, rows)
             rows = rows.filter(~part.is_in(sorted(gone)))
         else:
             rows = rows.clear()  # a key-less log sink got the whole batch in one bucket

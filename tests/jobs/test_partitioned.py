@@ -240,7 +240,8 @@ def test_explain_on_partitioned_sides() -> None:
 
 
 # ---------------------------------------------------------------- lookup join with a partitioned dimension
-def test_lookup_join_with_partitioned_dimension_and_sink_is_exactly_once(tmp_path) -> None:
+@pytest.mark.parametrize("sink_bucket_keys", [["sku"], None])
+def test_lookup_join_with_partitioned_dimension_and_sink_is_exactly_once(tmp_path, sink_bucket_keys) -> None:
     conn = fl.connect(str(tmp_path))
     conn.create_database("d")
     conn.create_table("d.prices", schema={"day": "STRING", "sku": "INT", "price": "BIGINT"},
@@ -248,7 +249,7 @@ def test_lookup_join_with_partitioned_dimension_and_sink_is_exactly_once(tmp_pat
     conn.create_table("d.sales", schema={"day": "STRING", "sku": "INT", "qty": "INT"}, partition_keys=["day"],
                       bucket_keys=["sku"], bucket_num=2)
     conn.create_table("d.priced", schema={"day": "STRING", "sku": "INT", "qty": "INT", "price": "BIGINT"},
-                      partition_keys=["day"], bucket_keys=["sku"], bucket_num=2)
+                      partition_keys=["day"], bucket_keys=sink_bucket_keys, bucket_num=2)
     prices, sales, priced = (conn.get_table(f"d.{n}") for n in ("prices", "sales", "priced"))
     prices.upsert([{"day": "d1", "sku": s, "price": 10 * s} for s in range(4)] + [{"day": "d2", "sku": 1, "price": 99}])
     sales.append([{"day": d, "sku": s, "qty": 1} for d in ("d1", "d2", "d3") for s in range(3)])
