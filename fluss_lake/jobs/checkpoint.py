@@ -5,7 +5,9 @@ create-if-absent. Two instances of one job racing to commit the same checkpoint 
 :class:`~fluss_lake.JobConflictError`), and a job restarted in a new process reads the newest checkpoint: a listing
 of a folder that never holds more than a few objects, so restart time does not grow with the data.
 
-Offsets are keyed by (partition name or None, bucket) so partitioned inputs fit later.
+Offsets are keyed by (partition name or None, bucket); for a partitioned input the checkpoint also records the id
+of every partition it holds offsets for, so a partition dropped and re-created under the same name (a fresh id,
+an empty log) is read from its start instead of from the old partition's offsets.
 """
 
 from __future__ import annotations
@@ -39,16 +41,21 @@ class Checkpoint:
     offsets: dict[str, BucketOffsets]
     table_ids: dict[str, str]
     extra: dict[str, Any] = field(default_factory=dict)
+    #: alias -> partition name -> partition id (partitioned inputs only)
+    partitions: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"number": self.number, "job_uid": self.job_uid, "table_ids": self.table_ids, "extra": self.extra,
                 "offsets": {alias: [[p, b, o] for (p, b), o in sorted(offs.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))]
-                            for alias, offs in self.offsets.items()}}
+                            for alias, offs in self.offsets.items()},
+                "partitions": self.partitions}
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Checkpoint:
         offsets = {alias: {(p, int(b)): int(o) for p, b, o in rows} for alias, rows in body["offsets"].items()}
-        return cls(int(body["number"]), body["job_uid"], offsets, dict(body["table_ids"]), dict(body.get("extra") or {}))
+        partitions = {alias: {str(n): str(i) for n, i in ids.items()} for alias, ids in (body.get("partitions") or {}).items()}
+        return cls(int(body["number"]), body["job_uid"], offsets, dict(body["table_ids"]), dict(body.get("extra") or {}),
+                   partitions)
 
     def size_bytes(self) -> int:
         """Size of the serialized checkpoint (a delta join's whole operator state)."""

@@ -131,7 +131,7 @@ class DeltaJoin(Job):
         return self.plan.live(alias, images.select(self.plan.needed[alias]), found)
 
     # ------------------------------------------------------------ steps
-    def _deleted_keys(self, alias: str, ranges: Mapping[int, tuple[int, int]]) -> pl.DataFrame:
+    def _deleted_keys(self, alias: str, ranges: Mapping[tuple[str | None, int], tuple[int, int]]) -> pl.DataFrame:
         """Keys with a delete record in the ranges (read in slices of ``batch_rows`` records).
 
         A row absent when probed was deleted, and its ``-D`` record lies after the checkpoint; joined rows it took
@@ -149,9 +149,10 @@ class DeltaJoin(Job):
     def _catch_up_keys(self) -> bool:
         """Read delete records committed since we last looked (after probing); True if there were any."""
         grew = False
-        for alias, table in self.inputs.items():
+        for alias in self.inputs:
             known = self._known[alias]
-            extra = {b: (known[b], e) for b, e in table.end_offsets().items() if e > known[b]}
+            # a partition created meanwhile counts from its start (its deletes are consumed in a later step anyway)
+            extra = {k: (known.get(k, 0), e) for k, e in self._log_ends(alias).items() if e > known.get(k, 0)}
             if extra:
                 deleted = self._deleted_keys(alias, extra)
                 self._keys[alias] = pl.concat([self._keys[alias], deleted]).unique()
@@ -160,7 +161,7 @@ class DeltaJoin(Job):
         return grew
 
     def _step(self) -> JobReport | None:
-        ends = {alias: table.end_offsets() for alias, table in self.inputs.items()}
+        ends = {alias: self._log_ends(alias) for alias in self.inputs}
         if not any(self._ranges(alias, 1 << 62, ends[alias]) for alias in self.inputs):
             return None
         self._known = {a: dict(e) for a, e in ends.items()}

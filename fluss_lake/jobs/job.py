@@ -4,6 +4,10 @@ A job consumes the changelogs of its input tables in *steps*. A step reads a bou
 log (``batch_rows`` records), writes its results, then commits a checkpoint naming the offsets it consumed.
 If the process dies between the write and the checkpoint, the next run repeats the step: every job makes that
 repetition harmless (idempotent upserts/deletes, or writer ids recognised as already committed).
+
+Partitioned inputs are read per (partition, bucket): each step lists the partitions, reads partitions the
+checkpoint does not know (new, or re-created under a known name) from their start and forgets the offsets of
+dropped ones (their results stay: a drop writes no delete records, as in Fluss).
 """
 
 from __future__ import annotations
@@ -17,7 +21,12 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from fluss_lake.exceptions import InvalidConfigError, JobStateError
+from fluss_lake.exceptions import (
+    InvalidConfigError,
+    JobStateError,
+    OffsetOutOfRangeError,
+    PartitionNotExistError,
+)
 from fluss_lake.jobs.checkpoint import BucketOffsets, Checkpoint, CheckpointStore
 
 if TYPE_CHECKING:
@@ -37,7 +46,7 @@ class JobReport:
     rows_deleted: int = 0
     rows_appended: int = 0
     seconds: float = 0.0
-    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    offsets: dict[str, dict] = field(default_factory=dict)
 
     def combine(self, other: JobReport) -> JobReport:
         return JobReport(self.steps + other.steps, self.records_read + other.records_read,
@@ -47,7 +56,8 @@ class JobReport:
 
 
 class Job:
-    """Base of the jobs: checkpointed offsets per input bucket and the run loop (subclasses define a step)."""
+    """Base of the jobs: checkpointed offsets per input (partition and) bucket and the run loop (subclasses define
+    a step)."""
 
     kind = "job"
 
@@ -62,35 +72,108 @@ class Job:
         self.inputs = dict(inputs)
         self.batch_rows = batch_rows
         self.checkpoints = CheckpointStore(connection, name)
+        self._handles: dict[str, dict[str, Table]] = {}  # alias -> partition name -> handle (partitioned inputs)
+        self.forgotten_partitions: dict[str, list[str]] = {}  # alias -> partitions dropped since the job saw them
         loaded = self.checkpoints.load()
         if loaded is None:
-            offsets = {alias: self._start_offsets(table, start) for alias, table in self.inputs.items()}
-            loaded = Checkpoint(-1, uuid.uuid4().hex, offsets, {a: t.info.table_id for a, t in self.inputs.items()})
+            loaded = Checkpoint(-1, uuid.uuid4().hex, {}, {a: t.info.table_id for a, t in self.inputs.items()})
         else:
             for alias, table in self.inputs.items():
                 if loaded.table_ids.get(alias, table.info.table_id) != table.info.table_id:
                     raise JobStateError(f"job {name!r}: input {alias!r} ({table.path}) was re-created since the "
                                         "last checkpoint; its offsets mean nothing now. Call reset() to start over")
-                loaded.offsets.setdefault(alias, self._start_offsets(table, start))
         self.checkpoint = loaded
+        for alias, table in self.inputs.items():
+            if alias not in loaded.offsets:
+                self._begin_input(alias, start)
         self._budget: int | None = None  # steps the current run_once may still take
 
-    @staticmethod
-    def _start_offsets(table: Table, start: str) -> BucketOffsets:
-        ends = table.end_offsets() if start == "latest" else table.earliest_offsets()
-        return {(None, b): o for b, o in ends.items()}
+    def _begin_input(self, alias: str, start: str) -> None:
+        """Offsets of an input the checkpoint does not know yet: its log ends ('latest') or starts ('earliest')."""
+        table = self.inputs[alias]
+        offsets: BucketOffsets = {}
+        ids: dict[str, str] = {}
+        for part in self._partitions_of(alias).values() if table.is_partitioned else [table]:
+            try:
+                ends = part.end_offsets() if start == "latest" else part.earliest_offsets()
+            except PartitionNotExistError:  # dropped meanwhile
+                continue
+            offsets.update({(part.partition_name, b): o for b, o in ends.items()})
+            if part.partition_info is not None:
+                ids[part.partition_name] = part.partition_info.partition_id  # type: ignore[index]
+        old = self.checkpoint
+        partitions = {**old.partitions, alias: ids} if table.is_partitioned else old.partitions
+        self.checkpoint = Checkpoint(old.number, old.job_uid, {**old.offsets, alias: offsets}, old.table_ids,
+                                     old.extra, partitions)
+
+    # ------------------------------------------------------------ partitions
+    def _partitions_of(self, alias: str) -> dict[str, Table]:
+        """Handles of the input's partitions that exist now (one listing), remembered for reads."""
+        handles = {t.partition_name: t for t in self.inputs[alias].partition_tables()}
+        self._handles[alias] = handles  # type: ignore[assignment]
+        return handles  # type: ignore[return-value]
+
+    def _log_ends(self, alias: str) -> dict[tuple[str | None, int], int]:
+        """Log end per (partition, bucket) of an input, after bringing its partitions up to date.
+
+        Partitions created since the checkpoint (or dropped and created again: a new id) join at their earliest
+        offset; the offsets of dropped partitions are forgotten (their names go to ``forgotten_partitions``).
+        Results already derived from a dropped partition's rows stay: dropping writes no delete records."""
+        table = self.inputs[alias]
+        if not table.is_partitioned:
+            return {(None, b): o for b, o in table.end_offsets().items()}
+        old = self.checkpoint
+        known = old.partitions.get(alias, {})
+        offsets = dict(old.offsets[alias])
+        ids = dict(known)
+        ends: dict[tuple[str | None, int], int] = {}
+        handles = self._partitions_of(alias)
+        for name, part in handles.items():
+            pid = part.partition_info.partition_id  # type: ignore[union-attr]
+            try:
+                part_ends = part.end_offsets()
+                if known.get(name) != pid:  # new (or re-created): from its start
+                    if name in known:
+                        self._forget(alias, [name])
+                    offsets = {k: o for k, o in offsets.items() if k[0] != name}
+                    offsets.update({(name, b): o for b, o in part.earliest_offsets().items()})
+                    ids[name] = pid
+            except PartitionNotExistError:
+                continue
+            ends.update({(name, b): o for b, o in part_ends.items()})
+        gone = [n for n in known if n not in handles]
+        if gone:
+            self._forget(alias, gone)
+            offsets = {k: o for k, o in offsets.items() if k[0] not in gone}
+            ids = {n: i for n, i in ids.items() if n not in gone}
+        offsets = {k: o for k, o in offsets.items() if k in ends}  # dropped while we listed
+        if offsets != old.offsets[alias] or ids != known:
+            self.checkpoint = Checkpoint(old.number, old.job_uid, {**old.offsets, alias: offsets}, old.table_ids,
+                                         old.extra, {**old.partitions, alias: ids})
+        return ends
+
+    def _forget(self, alias: str, names: Sequence[str]) -> None:
+        """Partitions of an input that were dropped (or re-created) since the checkpoint; a job keeping rows of
+        its inputs overrides this to drop theirs."""
+        self.forgotten_partitions.setdefault(alias, []).extend(names)
 
     # ------------------------------------------------------------ offsets
-    def offsets(self, alias: str) -> dict[int, int]:
-        """Next offset to consume per bucket of an input."""
-        return {b: o for (_, b), o in self.checkpoint.offsets[alias].items()}
+    def offsets(self, alias: str) -> dict:
+        """Next offset to consume per bucket of an input; keys are ``(partition name, bucket)`` on a partitioned
+        input (as :meth:`Table.end_offsets`), bucket numbers otherwise."""
+        offs = self.checkpoint.offsets[alias]
+        if self.inputs[alias].is_partitioned:
+            return dict(offs)
+        return {b: o for (_, b), o in offs.items()}
 
     def lag(self) -> dict[str, int]:
-        """Records not yet consumed per input (log end minus checkpoint, summed over buckets)."""
+        """Records not yet consumed per input (log end minus checkpoint, summed over buckets and partitions; a
+        partition the job has not seen yet counts from its start)."""
         out = {}
-        for alias, table in self.inputs.items():
-            ends = table.end_offsets()
-            out[alias] = sum(max(ends[b] - o, 0) for b, o in self.offsets(alias).items())
+        for alias in self.inputs:
+            ends = self._log_ends(alias)
+            offs = self.checkpoint.offsets[alias]
+            out[alias] = sum(max(e - offs.get(k, 0), 0) for k, e in ends.items())
         return out
 
     def state_bytes(self) -> int:
@@ -98,43 +181,86 @@ class Job:
         return self.checkpoint.size_bytes()
 
     def _ranges(self, alias: str, budget: int | None = None,
-                ends: Mapping[int, int] | None = None) -> dict[int, tuple[int, int]]:
-        """[start, end) per bucket with new records (up to the log ends, or `ends`), at most `budget` records in
-        all (whole buckets first)."""
-        table = self.inputs[alias]
-        ends = table.end_offsets() if ends is None else ends
+                ends: Mapping[tuple[str | None, int], int] | None = None) -> dict[tuple[str | None, int], tuple[int, int]]:
+        """[start, end) per (partition, bucket) with new records (up to the log ends, or `ends`), at most `budget`
+        records in all (whole buckets first)."""
+        ends = self._log_ends(alias) if ends is None else ends
         budget = self.batch_rows if budget is None else budget
         out = {}
-        for bucket, start in sorted(self.offsets(alias).items()):
-            end = ends[bucket]
-            if end > start and budget > 0:
+        offs = self.checkpoint.offsets[alias]
+        for key in sorted(offs, key=lambda k: (k[0] or "", k[1])):
+            start, end = offs[key], ends.get(key)
+            if end is not None and end > start and budget > 0:
                 take = min(end, start + budget)
-                out[bucket] = (start, take)
+                out[key] = (start, take)
                 budget -= take - start
         return out
 
-    def _read(self, alias: str, ranges: Mapping[int, tuple[int, int]], columns: Sequence[str]) -> pl.DataFrame:
-        """Changelog rows of the ranges (system columns + `columns`)."""
-        starts = dict(self.offsets(alias))
-        ends = dict(starts)
-        for bucket, (start, end) in ranges.items():
-            starts[bucket], ends[bucket] = start, end
-        return self.inputs[alias].scan_log(start_offsets=starts, end_offsets=ends, columns=list(columns))
+    def _read(self, alias: str, ranges: Mapping[tuple[str | None, int], tuple[int, int]],
+              columns: Sequence[str]) -> pl.DataFrame:
+        """Changelog rows of the ranges (system columns + `columns`; no ``_partition`` column: partition values
+        are columns of the rows)."""
+        table = self.inputs[alias]
+        by_part: dict[str | None, dict[int, tuple[int, int]]] = {}
+        for (name, bucket), span in ranges.items():
+            by_part.setdefault(name, {})[bucket] = span
+        frames = []
+        for name, spans in by_part.items():
+            part = table if name is None else self._handle(alias, name)
+            if part is None:
+                continue
+            offs = self.checkpoint.offsets[alias]
+            starts, ends = {}, {}
+            for b in range(part.bucket_num):
+                if b in spans:
+                    starts[b], ends[b] = spans[b]
+                else:  # read nothing of this bucket
+                    at = offs.get((name, b))
+                    starts[b] = ends[b] = at if at is not None else part.log_tablet(b).refresh()
+            try:
+                frames.append(part.scan_log(start_offsets=starts, end_offsets=ends, columns=list(columns)))
+            except (PartitionNotExistError, OffsetOutOfRangeError):
+                if name is None or self._partition_alive(alias, part):
+                    raise
+                continue  # dropped since we listed it: its rows are gone (as in Fluss); forgotten on the next sync
+        if frames:
+            return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+        if table.is_partitioned:
+            return table.scan_log(end_offsets={}, columns=list(columns)).drop("_partition")
+        latest = {b: table.log_tablet(b).refresh() for b in range(table.bucket_num)}
+        return table.scan_log(start_offsets=latest, end_offsets=latest, columns=list(columns))
 
-    def _advance(self, consumed: Mapping[str, Mapping[int, int]], extra: Mapping | None = None) -> None:
+    def _partition_alive(self, alias: str, part: Table) -> bool:
+        """Whether the partition of this handle still exists (not dropped, not re-created under its name)."""
+        try:
+            now = self.connection.get_partition(self.inputs[alias].path, part.partition_name)  # type: ignore[arg-type]
+        except PartitionNotExistError:
+            return False
+        return now.partition_id == part.partition_info.partition_id  # type: ignore[union-attr]
+
+    def _handle(self, alias: str, name: str) -> Table | None:
+        handles = self._handles.get(alias)
+        if handles is None or name not in handles:
+            handles = self._partitions_of(alias)
+        return handles.get(name)
+
+    def _advance(self, consumed: Mapping[str, Mapping[tuple[str | None, int], int]],
+                 extra: Mapping | None = None) -> None:
         """Move the in-memory checkpoint past consumed offsets (the others keep theirs); :meth:`_save` commits it."""
         old = self.checkpoint
         offsets = {alias: dict(offs) for alias, offs in old.offsets.items()}
         for alias, per_bucket in consumed.items():
-            for bucket, offset in per_bucket.items():
-                offsets[alias][(None, bucket)] = offset
+            for key, offset in per_bucket.items():
+                if key in offsets[alias]:  # not a partition forgotten meanwhile
+                    offsets[alias][key] = offset
         self.checkpoint = Checkpoint(old.number, old.job_uid, offsets, old.table_ids,
-                                     dict(extra) if extra is not None else old.extra)
+                                     dict(extra) if extra is not None else old.extra, old.partitions)
 
     def _save(self) -> None:
         """Commit the in-memory checkpoint as the next one in the store."""
         current = self.checkpoint
-        new = Checkpoint(current.number + 1, current.job_uid, current.offsets, current.table_ids, current.extra)
+        new = Checkpoint(current.number + 1, current.job_uid, current.offsets, current.table_ids, current.extra,
+                         current.partitions)
         self.checkpoints.commit(new)
         self.checkpoint = new
 
@@ -173,6 +299,20 @@ class Job:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} inputs={list(self.inputs)}>"
+
+
+def partition_names(table: Table, frame: pl.DataFrame) -> pl.Series:
+    """The partition name of every row of `frame` (which holds the table's partition columns); work per distinct
+    partition, not per row."""
+    from fluss_lake.metadata.partition import partition_name, value_string
+
+    dtypes = table.merge_spec.dtypes
+    keys = list(table.partition_keys)
+    distinct = frame.select(keys).unique(maintain_order=True)
+    names = [partition_name([value_string(v, dtypes[k]) for k, v in zip(keys, values)]) for values in distinct.rows()]
+    named = distinct.with_columns(pl.Series("__partition_name", names, dtype=pl.String))
+    return frame.select(keys).join(named, on=keys, how="left", maintain_order="left",
+                                   nulls_equal=True).get_column("__partition_name")
 
 
 def default_job_name(kind: str, target: Table | None, fallback: str) -> str:

@@ -103,11 +103,21 @@ class Explanation:
         return "\n".join(lines)
 
 
+def index_columns(table: Table) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The indexes of a primary-key table: its primary key (a lookup; on a partitioned table it includes the
+    partition columns) and, if the bucket key is a strict leading prefix of the key inside a partition, the
+    partition columns followed by the bucket key (a prefix lookup), else ``()``."""
+    pk, prefix = tuple(table.schema.primary_key), tuple(table.prefix_key)
+    return pk, ((*table.partition_keys, *prefix) if prefix else ())
+
+
 def _index_kind(table: Table, columns: Sequence[str]) -> tuple[str | None, tuple[str, ...]]:
-    """Which index of `table` the join columns contain: its primary key, its bucket-key prefix, or none."""
+    """Which index of `table` the join columns contain: its primary key, its (partition keys +) bucket-key
+    prefix, or none. A partitioned side's index always holds its partition columns: a probe without them would
+    have to search every partition."""
     if not table.is_primary_key_table:
         return None, ()
-    pk, prefix = tuple(table.schema.primary_key), tuple(table.prefix_key)
+    pk, prefix = index_columns(table)
     if set(pk) <= set(columns):
         return "pk", pk
     if prefix and set(prefix) <= set(columns):
@@ -197,10 +207,19 @@ class JoinPlan:
                 table = self.inputs[side]
                 if kind is None and table.is_primary_key_table:
                     cols = [c for _, c in e.pairs] if side == e.child else [p for p, _ in e.pairs]
-                    reasons.append(
-                        f"join {e.parent} -> {e.child}: the join columns {cols} of {side} ({table.path}) contain "
-                        f"neither its primary key {list(table.schema.primary_key)} nor a bucket-key prefix of it "
-                        f"(bucket key {list(table.info.bucket_keys)}), so changes on the other side cannot probe it")
+                    pk, prefix = index_columns(table)
+                    if table.is_partitioned:
+                        index = (f"neither its primary key {list(pk)} nor its partition keys + bucket-key prefix "
+                                 f"{list(prefix)}" if prefix else f"not its primary key {list(pk)} (its bucket key "
+                                 f"{list(table.info.bucket_keys)} is no prefix of it)")
+                        missing = [c for c in table.partition_keys if c not in cols]
+                        if missing:
+                            index += f"; a partitioned side must be joined on its partition columns {missing} too"
+                    else:
+                        index = (f"neither its primary key {list(pk)} nor a bucket-key prefix of it (bucket key "
+                                 f"{list(table.info.bucket_keys)})")
+                    reasons.append(f"join {e.parent} -> {e.child}: the join columns {cols} of {side} ({table.path}) "
+                                   f"contain {index}, so changes on the other side cannot probe it")
         return reasons
 
     def neighbours(self, alias: str) -> list[tuple[Edge, str]]:
@@ -354,7 +373,11 @@ class JoinPlan:
         for e in self.edges:
             for side, kind, cols in ((e.child, e.child_index, e.child_probe), (e.parent, e.parent_index, e.parent_probe)):
                 if kind is not None:
-                    how = "lookup by primary key" if kind == "pk" else "prefix lookup by bucket key"
+                    partitioned = self.inputs[side].is_partitioned
+                    how = ("lookup by primary key" if kind == "pk" else
+                           "prefix lookup by partition keys + bucket key" if partitioned else "prefix lookup by bucket key")
+                    if partitioned:
+                        how += " (routed to the partition of each key)"
                     probes.append(f"changes joining {e.parent} -> {e.child} probe {side} ({self.inputs[side].path}) "
                                   f"by {list(cols)}: {how}")
         delta = not self.reasons

@@ -25,6 +25,7 @@ from fluss_lake.jobs._exactly_once import (
     write_once,
 )
 from fluss_lake.jobs.job import Job, JobReport, default_job_name
+from fluss_lake.jobs.join_plan import index_columns
 
 if TYPE_CHECKING:
     from fluss_lake.table import Table
@@ -77,14 +78,17 @@ class LookupJoin(Job):
         self.table = table
         self.on = dict(on) if isinstance(on, Mapping) else {c: c for c in on}
         dim_keys = tuple(self.on.values())
-        pk, prefix = tuple(table.schema.primary_key), tuple(table.prefix_key)
+        pk, prefix = index_columns(table)
         if set(dim_keys) == set(pk):
             self.mode, self.keys = "pk", pk
         elif prefix and set(dim_keys) == set(prefix):
             self.mode, self.keys = "prefix", prefix
         else:
-            raise InvalidConfigError(f"lookup join on {list(dim_keys)}: {table.path} can be looked up by its primary "
-                                     f"key {list(pk)}" + (f" or its bucket-key prefix {list(prefix)}" if prefix else ""))
+            raise InvalidConfigError(
+                f"lookup join on {list(dim_keys)}: {table.path} can be looked up by its primary key {list(pk)}"
+                + (f" or its {'partition keys + ' if table.is_partitioned else ''}bucket-key prefix {list(prefix)}"
+                   if prefix else "")
+                + (" (a partitioned table's lookups need its partition columns)" if table.is_partitioned else ""))
         self.stream_keys = [next(s for s, d in self.on.items() if d == k) for k in self.keys]
         self.columns = [c for c in (columns or table.schema.names) if c not in self.keys]
         unknown = [c for c in self.columns if c not in table.schema.names]

@@ -19,7 +19,7 @@ import polars as pl
 
 from fluss_lake.jobs._expansion import TUPLE_LIVE, emit, expand
 from fluss_lake.jobs.delta_join import write_changes
-from fluss_lake.jobs.job import Job, JobReport, default_job_name
+from fluss_lake.jobs.job import Job, JobReport, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 
 if TYPE_CHECKING:
@@ -78,6 +78,15 @@ class StatefulJoin(Job):
             obj = names.get(alias)
             state[alias] = pl.read_ipc(io.BytesIO(self.checkpoints.get_attachment(obj))) if obj else self._empty(alias)
         return state
+
+    def _forget(self, alias: str, names) -> None:
+        """Rows of dropped partitions leave the state (no retractions are emitted, as in the delta join): later
+        changes of their partners no longer join with them."""
+        super()._forget(alias, names)
+        state = getattr(self, "_state", None)
+        if state is not None and state[alias].height:
+            frame = state[alias]
+            self._state = {**state, alias: frame.filter(~partition_names(self.inputs[alias], frame).is_in(list(names)))}
 
     def state_bytes(self) -> int:
         """Checkpoint plus the in-memory state of every input (grows with the inputs)."""
