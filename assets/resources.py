@@ -107,7 +107,7 @@ class LakeCatalog(dg.ConfigurableResource):
     S3 warehouse (give all four: see STACK-NOTES §3).
     """
 
-    name: str = Field(default="lake", description="Catalog name")
+    name: str = Field(default="fluss", description="Catalog name (tiering's default, so `fluss-lake tier` sees the same tables)")
     uri: str | None = Field(default=None, description="Catalog URI (default: $FLUSS_LAKE_CATALOG_URI, else "
                                                       "sqlite:///<home>/lake/catalog.db)")
     warehouse: str | None = Field(default=None, description="Warehouse location (default: $FLUSS_LAKE_WAREHOUSE, "
