@@ -35,7 +35,7 @@ from assets.tables import DEMO_TABLES
 from fluss_lake.exceptions import JobStateError
 from fluss_lake.jobs import Aggregation, DeltaJoin, Job, JobReport, Join, LookupJoin
 
-__all__ = ["JOB_ASSETS", "JobConfig", "customer_spend", "customer_spend_job", "fraud_risk", "fraud_risk_job",
+__all__ = ["JOB_ASSETS", "ORDERS_ENRICHED_JOINS", "ORDERS_ENRICHED_SELECT", "JobConfig", "customer_spend", "customer_spend_job", "fraud_risk", "fraud_risk_job",
            "fraud_signals", "orders_enriched", "orders_enriched_job"]
 
 _GROUP = "jobs"
@@ -61,15 +61,19 @@ def _reset(connection: fl.Connection, job: Job, result: str) -> None:
     connection.drop_table(DEMO_TABLES[result].path, ignore_if_not_exists=True)
 
 
+#: The projection of orders (``o``) LEFT JOIN customers (``c``) into ``orders_enriched``.
+ORDERS_ENRICHED_SELECT = {"customer_id": "o.customer_id", "order_id": "o.order_id", "amount": "o.amount",
+                          "currency": "o.currency", "status": "o.status", "channel": "o.channel",
+                          "created_at": "o.created_at", "customer_name": "c.name", "customer_country": "c.country",
+                          "segment": "c.segment"}
+ORDERS_ENRICHED_JOINS = [Join("o", "c", ["customer_id"], how="left")]
+
+
 def orders_enriched_job(connection: fl.Connection) -> DeltaJoin:
     """The delta join orders LEFT JOIN customers into ``orders_enriched``."""
     return DeltaJoin(_table(connection, "orders_enriched"),
                      {"o": _table(connection, "orders"), "c": _table(connection, "customers")},
-                     [Join("o", "c", ["customer_id"], how="left")],
-                     select={"customer_id": "o.customer_id", "order_id": "o.order_id", "amount": "o.amount",
-                             "currency": "o.currency", "status": "o.status", "channel": "o.channel",
-                             "created_at": "o.created_at", "customer_name": "c.name", "customer_country": "c.country",
-                             "segment": "c.segment"})
+                     ORDERS_ENRICHED_JOINS, select=ORDERS_ENRICHED_SELECT)
 
 
 def fraud_signals(enriched: pl.DataFrame) -> pl.DataFrame:
