@@ -73,7 +73,7 @@ def orders_enriched_job(connection: fl.Connection) -> DeltaJoin:
     """The delta join orders LEFT JOIN customers into ``orders_enriched``."""
     return DeltaJoin(_table(connection, "orders_enriched"),
                      {"o": _table(connection, "orders"), "c": _table(connection, "customers")},
-                     ORDERS_ENRICHED_JOINS, select=ORDERS_ENRICHED_SELECT)
+                     ORDERS_ENRICHED_JOINS, select=ORDERS_ENRICHED_SELECT, name=_job_name("orders_enriched"))
 
 
 def fraud_signals(enriched: pl.DataFrame) -> pl.DataFrame:
@@ -109,7 +109,7 @@ def fraud_risk_job(connection: fl.Connection) -> LookupJoin:
     """The lookup join payments -> current ``customer_360`` row -> ``fraud_risk`` (appended exactly once)."""
     return _ScoredLookupJoin(_table(connection, "customer_360"), on={"customer_id": "customer_id"},
                              columns=_C360_COLUMNS, source=_table(connection, "payments"),
-                             sink=_table(connection, "fraud_risk"))
+                             sink=_table(connection, "fraud_risk"), name=_job_name("fraud_risk"))
 
 
 def customer_spend_job(connection: fl.Connection) -> Aggregation:
@@ -117,7 +117,7 @@ def customer_spend_job(connection: fl.Connection) -> Aggregation:
     return Aggregation(_table(connection, "payments"), _table(connection, "customer_spend"), group_by=["customer_id"],
                        aggregates={"total_spend": ("sum", "amount"), "order_count": ("count", None),
                                    "max_order": ("max", "amount"), "first_order_at": ("min", "paid_at"),
-                                   "last_order_at": ("max", "paid_at")})
+                                   "last_order_at": ("max", "paid_at")}, name=_job_name("customer_spend"))
 
 
 def _run(connection: fl.Connection, make: Any, result: str, config: JobConfig) -> tuple[Job, JobReport, bool]:
@@ -133,7 +133,7 @@ def _run(connection: fl.Connection, make: Any, result: str, config: JobConfig) -
     if job is not None and not reset and job.checkpoint.number < 0 and table_has_rows(_table(connection, result)):
         reset = True  # rows written before this job existed (e.g. by an earlier feed): rebuild, never add twice
     if reset:
-        if job is None:  # the checkpoint names inputs that were re-created: drop it through a job on a fresh name
+        if job is None:  # the checkpoint names inputs that were re-created: the job cannot be built to reset it
             from fluss_lake.jobs.checkpoint import CheckpointStore
 
             CheckpointStore(connection, _job_name(result)).reset()
@@ -145,6 +145,7 @@ def _run(connection: fl.Connection, make: Any, result: str, config: JobConfig) -
 
 
 def _job_name(result: str) -> str:
+    """The job's name, i.e. its checkpoint folder ``.jobs/<name>/`` in the store."""
     kind = {"orders_enriched": "delta_join", "fraud_risk": "lookup_join", "customer_spend": "aggregation"}[result]
     return f"{kind}-{DEMO_TABLES[result].path.replace('.', '-')}"
 
