@@ -1,8 +1,9 @@
 """The ``assets`` code location: ``dagster dev -m assets.definitions`` (or ``fluss-lake ui``).
 
-Each concern is one module and contributes a list here: live tables (``assets.live``), their checks
-(``assets.checks``), jobs and schedules (``assets.schedules``). Zero-state jobs and lake tables plug in the
-same way as their packages land.
+Each concern is one module and contributes a list here: live tables (``assets.live``) and their checks
+(``assets.checks``), zero-state job results (``assets.jobs``), the lake with its tiering job, schedule, lag
+sensor and checks (``assets.lake``), the daily training set (``assets.training``), and the demo's jobs and
+schedule (``assets.schedules``).
 
 Runs execute in one process (``in_process_executor``): the demo's steps take milliseconds, so a process per
 step (Dagster's default) would spend seconds importing for each. The store is safe across processes, so
@@ -13,10 +14,19 @@ from __future__ import annotations
 
 import dagster as dg
 
-from assets.checks import LIVE_CHECKS
+from assets.checks import JOB_CHECKS, LIVE_CHECKS
+from assets.jobs import JOB_ASSETS
+from assets.lake import (
+    LAKE_ASSETS,
+    LAKE_CHECKS,
+    LAKE_SCHEDULES,
+    LAKE_SENSORS,
+    tiering_job,
+)
 from assets.live import LIVE_ASSETS
 from assets.resources import DemoScenario, LakeCatalog, LiveStore
-from assets.schedules import live_demo_job, live_demo_schedule
+from assets.schedules import demo_pipeline_job, live_demo_job, live_demo_schedule
+from assets.training import TRAINING_ASSETS
 
 __all__ = ["default_resources", "defs"]
 
@@ -27,10 +37,11 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
 
 
 defs = dg.Definitions(
-    assets=[*LIVE_ASSETS],
-    asset_checks=[*LIVE_CHECKS],
-    jobs=[live_demo_job],
-    schedules=[live_demo_schedule],
+    assets=[*LIVE_ASSETS, *JOB_ASSETS, *LAKE_ASSETS, *TRAINING_ASSETS],
+    asset_checks=[*LIVE_CHECKS, *JOB_CHECKS, *LAKE_CHECKS],
+    jobs=[live_demo_job, demo_pipeline_job, tiering_job],
+    schedules=[live_demo_schedule, *LAKE_SCHEDULES],
+    sensors=[*LAKE_SENSORS],
     resources=default_resources(),
     executor=dg.in_process_executor,
 )

@@ -10,11 +10,11 @@ source would:
   an older batch sets the rows it mentions back to that batch's values (orders: each batch has its own keys);
 * ``payments`` (a log table) appends only the payments of the batch that are not in the log yet (payment ids
   are ``batch * ORDER_ID_STRIDE + i``; a statistics column makes the check skip other batches);
-* ``customer_spend`` (aggregation engine) adds the amounts of orders *inserted* since the orders offsets its
-  last materialization consumed; on a fresh Dagster instance it rebuilds the table from offset 0. Re-applied
-  orders are updates, not inserts, so they are never counted twice; only a run killed between the spend write
-  and Dagster recording the materialization would count a round twice (the ``fluss_lake.jobs`` aggregation
-  push-down with store-side offset checkpoints will close that gap).
+* ``customer_360`` applies one partial upsert per stream; each also sets ``updated_at`` to the end of the
+  batch's event window (what the row reflects; the training set's event time).
+
+The tables fed from these by zero-state jobs (``orders_enriched``, ``fraud_risk``, ``customer_spend``) are in
+:mod:`assets.jobs`.
 """
 
 from datetime import UTC, datetime
@@ -31,6 +31,7 @@ from assets.resources import DemoScenario, LiveStore
 from assets.tables import (
     DEMO_DATABASE,
     DEMO_TABLES,
+    LAKE_OPTIONS,
     STREAM_COLUMNS,
     LiveTableSpec,
     schema_differences,
@@ -42,15 +43,17 @@ __all__ = [
     "Customer360Config",
     "LiveBatchConfig",
     "customer_360",
-    "customer_spend",
     "customers",
+    "live_metadata",
     "open_table",
     "orders",
     "payments",
+    "previous_metadata",
     "table_row_count",
 ]
 
 _GROUP = "live"
+LAKE_OPTIONS_KEY = "table.datalake.enabled"
 _KINDS = {"fluss", "polars"}
 
 
@@ -77,6 +80,9 @@ def open_table(connection: fl.Connection, spec: LiveTableSpec) -> fl.Table:
         raise SchemaMismatchError(f"table {spec.path} in {connection.url} does not match the demo's declaration "
                                   f"({'; '.join(problems)}); drop it, or point FLUSS_LAKE_HOME / FLUSS_LAKE_URL at "
                                   "another store")
+    if LAKE_OPTIONS_KEY not in table.info.options:  # created before the demo was tiered: enable the lake
+        connection.alter_table(spec.path, set_options=dict(LAKE_OPTIONS))
+        table = connection.get_table(spec.path)
     return table
 
 
@@ -87,7 +93,7 @@ def table_row_count(table: fl.Table) -> int:
     return table.scan_log(columns=[table.schema.names[0]]).height
 
 
-def _previous(context: dg.AssetExecutionContext) -> dict[str, Any] | None:
+def previous_metadata(context: dg.AssetExecutionContext) -> dict[str, Any] | None:
     """Metadata of this asset's latest materialization, or None on a fresh instance."""
     event = context.instance.get_latest_materialization_event(context.asset_key)
     if event is None or event.asset_materialization is None:
@@ -101,11 +107,11 @@ def _batch(context: dg.AssetExecutionContext, config: LiveBatchConfig) -> int:
         if config.batch < 0:
             raise InvalidConfigError(f"batch={config.batch} must be >= 0 (batch 0 is the first event window)")
         return config.batch
-    previous = _previous(context)
+    previous = previous_metadata(context)
     return int(previous["batch"]) + 1 if previous and "batch" in previous else 0
 
 
-def _metadata(table: fl.Table, scenario: Scenario | None, batch: int | None,
+def live_metadata(table: fl.Table, scenario: Scenario | None, batch: int | None,
               written: dict[str, Any]) -> dict[str, Any]:
     """What a live asset reports: table, store, batch window, rows written and the log end offsets."""
     meta: dict[str, Any] = {"table": str(table.path), "store": table.connection.url,
@@ -133,7 +139,7 @@ def customers(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: 
     scenario, batch = demo.scenario(), _batch(context, config)
     table = open_table(live.connection(), DEMO_TABLES["customers"])
     result = table.upsert(gen.customers(scenario, batch))
-    return dg.MaterializeResult(metadata=_metadata(table, scenario, batch, {"rows_written": result.rows,
+    return dg.MaterializeResult(metadata=live_metadata(table, scenario, batch, {"rows_written": result.rows,
                                                                              "changelog_records": result.records}))
 
 
@@ -144,7 +150,7 @@ def orders(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: Liv
     scenario, batch = demo.scenario(), _batch(context, config)
     table = open_table(live.connection(), DEMO_TABLES["orders"])
     result = table.upsert(gen.orders(scenario, batch))
-    return dg.MaterializeResult(metadata=_metadata(table, scenario, batch, {"rows_written": result.rows,
+    return dg.MaterializeResult(metadata=live_metadata(table, scenario, batch, {"rows_written": result.rows,
                                                                              "changelog_records": result.records}))
 
 
@@ -159,39 +165,8 @@ def payments(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: L
     present = table.scan_log(columns=["payment_id"], filters=[("payment_id", ">=", lo), ("payment_id", "<", hi)])
     missing = events.join(present.select("payment_id"), on="payment_id", how="anti")
     rows = table.append(missing).rows if missing.height else 0
-    return dg.MaterializeResult(metadata=_metadata(table, scenario, batch, {"rows_written": rows,
+    return dg.MaterializeResult(metadata=live_metadata(table, scenario, batch, {"rows_written": rows,
                                                                              "already_present": present.height}))
-
-
-@_asset("customer_spend", deps=["orders"])
-def customer_spend(context: dg.AssetExecutionContext, live: LiveStore) -> dg.MaterializeResult:
-    """Add the amounts of orders inserted since the last consumed orders offsets (the storage sums them)."""
-    connection = live.connection()
-    source = open_table(connection, DEMO_TABLES["orders"])
-    end = source.end_offsets()
-    previous = (_previous(context) or {}).get("orders_offsets")
-    start = {int(b): int(o) for b, o in previous.items()} if previous else None
-    rebuild = start is None or any(start.get(b, 0) > e for b, e in end.items())
-    if rebuild:
-        connection.drop_table(DEMO_TABLES["customer_spend"].path, ignore_if_not_exists=True)  # rebuild from 0
-        start = {b: 0 for b in end}
-    table = open_table(connection, DEMO_TABLES["customer_spend"])
-    inserted = source.changelog(start_offsets=start, end_offsets=end).filter(pl.col("_change_type") == "insert")
-    increments = spend_increments(inserted)
-    if increments.height:
-        table.upsert(increments)
-    return dg.MaterializeResult(metadata=_metadata(table, None, None, {
-        "orders_offsets": dg.MetadataValue.json({str(b): o for b, o in end.items()}),
-        "orders_consumed": inserted.height, "rebuilt": rebuild, "rows_written": increments.height}))
-
-
-def spend_increments(inserted_orders: pl.DataFrame) -> pl.DataFrame:
-    """Per-customer increments of ``customer_spend`` for newly inserted orders (one row per customer)."""
-    ts = pl.col("created_at")
-    return inserted_orders.group_by("customer_id").agg(
-        pl.col("amount").sum().alias("total_spend"), pl.len().cast(pl.Int64).alias("order_count"),
-        pl.col("amount").max().alias("max_order"), ts.min().alias("first_order_at"), ts.max().alias("last_order_at"),
-    ).sort("customer_id")
 
 
 @_asset("customer_360", deps=["customers"])
@@ -204,11 +179,13 @@ def customer_360(context: dg.AssetExecutionContext, config: Customer360Config, l
     scenario, batch = demo.scenario(), _batch(context, config)
     table = open_table(live.connection(), DEMO_TABLES["customer_360"])
     written = {}
+    window_end = pl.lit(scenario.window(batch)[1]).cast(pl.Datetime("ms")).dt.replace_time_zone("UTC")
     for name in config.streams:
-        result = table.upsert(gen.stream(scenario, name, batch), target_columns=["customer_id", *STREAM_COLUMNS[name]])
+        frame = gen.stream(scenario, name, batch).with_columns(window_end.alias("updated_at"))
+        result = table.upsert(frame, target_columns=["customer_id", *STREAM_COLUMNS[name], "updated_at"])
         written[name] = result.rows
-    return dg.MaterializeResult(metadata=_metadata(table, scenario, batch, {
+    return dg.MaterializeResult(metadata=live_metadata(table, scenario, batch, {
         "rows_written": sum(written.values()), "rows_per_stream": dg.MetadataValue.json(written)}))
 
 
-LIVE_ASSETS = [customers, orders, payments, customer_spend, customer_360]
+LIVE_ASSETS = [customers, orders, payments, customer_360]

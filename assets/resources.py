@@ -35,6 +35,8 @@ from fluss_lake.exceptions import InvalidConfigError
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
+    import tiering
+
 __all__ = ["HOME_ENV", "DemoScenario", "LakeCatalog", "LiveStore", "fluss_lake_home"]
 
 HOME_ENV = "FLUSS_LAKE_HOME"
@@ -105,7 +107,7 @@ class LakeCatalog(dg.ConfigurableResource):
     S3 warehouse (give all four: see STACK-NOTES §3).
     """
 
-    name: str = Field(default="lake", description="Catalog name")
+    name: str = Field(default="fluss", description="Catalog name (tiering's default, so `fluss-lake tier` sees the same tables)")
     uri: str | None = Field(default=None, description="Catalog URI (default: $FLUSS_LAKE_CATALOG_URI, else "
                                                       "sqlite:///<home>/lake/catalog.db)")
     warehouse: str | None = Field(default=None, description="Warehouse location (default: $FLUSS_LAKE_WAREHOUSE, "
@@ -113,7 +115,7 @@ class LakeCatalog(dg.ConfigurableResource):
     properties: str | None = Field(default=None, description="More catalog properties as a JSON object "
                                                              "(default: $FLUSS_LAKE_CATALOG_PROPERTIES)")
 
-    _catalog: Any = PrivateAttr(default=None)
+    _lake: Any = PrivateAttr(default=None)
 
     def resolved_properties(self) -> dict[str, str]:
         """Every catalog property after applying the environment and the embedded default."""
@@ -130,24 +132,23 @@ class LakeCatalog(dg.ConfigurableResource):
         props.update({key: str(value) for key, value in extra.items()})
         return props
 
-    def catalog(self) -> Catalog:
-        """The pyiceberg catalog (created on first use; local sqlite and warehouse folders are made as needed)."""
-        if self._catalog is None:
+    def lake(self) -> tiering.Lake:
+        """The lake as :class:`tiering.Lake` (one per resource instance): what tiering and lake reads take.
+
+        Local sqlite and warehouse folders of the embedded default are created as needed.
+        """
+        if self._lake is None:
+            import tiering
+
             props = self.resolved_properties()
-            kind = props.pop("type")
-            if kind == "sql":
-                from pyiceberg.catalog.sql import SqlCatalog
+            if props["type"] == "sql" and props.get("warehouse", "").startswith("file:"):
+                Path(url2pathname(urlparse(props["warehouse"]).path)).mkdir(parents=True, exist_ok=True)
+            self._lake = tiering.Lake(props, name=self.name)
+        return self._lake
 
-                if props["uri"].startswith("sqlite:///"):
-                    Path(props["uri"][len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-                if props["warehouse"].startswith("file:"):
-                    Path(url2pathname(urlparse(props["warehouse"]).path)).mkdir(parents=True, exist_ok=True)
-                self._catalog = SqlCatalog(self.name, **props)
-            else:
-                from pyiceberg.catalog import load_catalog
-
-                self._catalog = load_catalog(self.name, type=kind, **props)
-        return self._catalog
+    def catalog(self) -> Catalog:
+        """The pyiceberg catalog of :meth:`lake` (loaded on first use)."""
+        return self.lake().catalog
 
 
 class DemoScenario(dg.ConfigurableResource):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-__all__ = ["live_demo_job", "live_demo_schedule"]
+__all__ = ["demo_pipeline_job", "live_demo_job", "live_demo_schedule"]
 
 #: One run that writes the next batch of every live table (sources before the tables fed from them).
 live_demo_job = dg.define_asset_job(
@@ -15,3 +15,8 @@ live_demo_job = dg.define_asset_job(
 live_demo_schedule = dg.ScheduleDefinition(
     name="live_demo_every_5_minutes", job=live_demo_job, cron_schedule="*/5 * * * *",
     default_status=dg.DefaultScheduleStatus.STOPPED)
+
+#: The whole unpartitioned pipeline in one run: sources, zero-state jobs, then a tiering round.
+demo_pipeline_job = dg.define_asset_job(
+    "demo_pipeline", selection=dg.AssetSelection.groups("live", "jobs", "lake"),
+    description="Next batch of every stream, then the delta join, lookup join and aggregation, then tiering")

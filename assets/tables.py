@@ -19,9 +19,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import fluss_lake as fl
 
-__all__ = ["DEMO_DATABASE", "DEMO_TABLES", "STREAM_COLUMNS", "LiveTableSpec", "schema_differences"]
+__all__ = ["DEMO_DATABASE", "DEMO_TABLES", "JOB_TABLES", "LAKE_OPTIONS", "SOURCE_TABLES", "STREAM_COLUMNS",
+           "LiveTableSpec", "schema_differences"]
 
 DEMO_DATABASE = "c360"
+
+#: Every demo table is tiered into the lake and should be there within a minute (the lag sensor's bound).
+LAKE_OPTIONS: Mapping[str, str] = MappingProxyType({"table.datalake.enabled": "true",
+                                                    "table.datalake.freshness": "1 min"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +52,10 @@ class LiveTableSpec:
         return bool(self.primary_key)
 
     def create_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :meth:`fluss_lake.Connection.create_table`."""
+        """Keyword arguments of :meth:`fluss_lake.Connection.create_table` (the lake options included)."""
         return {"schema": dict(self.schema), "primary_key": list(self.primary_key), "bucket_num": self.bucket_num,
                 "bucket_keys": list(self.bucket_keys) if self.bucket_keys is not None else None,
-                "options": dict(self.options), "comment": self.description}
+                "options": {**LAKE_OPTIONS, **self.options}, "comment": self.description}
 
 
 _TS = "TIMESTAMP_LTZ(3)"
@@ -83,8 +88,9 @@ DEMO_TABLES: Mapping[str, LiveTableSpec] = MappingProxyType({spec.name: spec for
         "orders",
         {"order_id": "BIGINT", "customer_id": "BIGINT", "amount": "DOUBLE", "currency": "STRING",
          "status": "STRING", "channel": "STRING", "created_at": _TS},
-        "Order service: orders as placed, then shipped (several updates of one key per batch).",
-        primary_key=("order_id",)),
+        "Order service: orders as placed, then shipped (several updates of one key per batch); bucketed by "
+        "customer, so the delta join with customers probes it by its bucket-key prefix.",
+        primary_key=("customer_id", "order_id"), bucket_keys=("customer_id",)),
     LiveTableSpec(
         "payments",
         {"payment_id": "BIGINT", "order_id": "BIGINT", "customer_id": "BIGINT", "amount": "DOUBLE",
@@ -96,18 +102,40 @@ DEMO_TABLES: Mapping[str, LiveTableSpec] = MappingProxyType({spec.name: spec for
         "customer_spend",
         {"customer_id": "BIGINT", "total_spend": "DOUBLE", "order_count": "BIGINT", "max_order": "DOUBLE",
          "first_order_at": _TS, "last_order_at": _TS},
-        "Spend per customer kept by the aggregation merge engine from new orders (sum, count, max, min).",
+        "Spend per customer: the aggregation job writes partial aggregates of new payments, the aggregation "
+        "merge engine keeps the totals (sum, count, max, min).",
         primary_key=("customer_id",),
         options={"table.merge-engine": "aggregation", "fields.total_spend.agg": "sum",
                  "fields.order_count.agg": "sum", "fields.max_order.agg": "max",
                  "fields.first_order_at.agg": "min", "fields.last_order_at.agg": "max"}),
     LiveTableSpec(
         "customer_360",
-        {"customer_id": "BIGINT", **_C360_TYPES},
+        {"customer_id": "BIGINT", **_C360_TYPES, "updated_at": _TS},
         "One row per customer; sessions, transactions, CRM tickets, marketing and telemetry each write only "
-        "their own columns (partial updates).",
+        "their own columns (partial updates) and `updated_at`, the end of the event window they cover.",
         primary_key=("customer_id",)),
+    LiveTableSpec(
+        "orders_enriched",
+        {"customer_id": "BIGINT", "order_id": "BIGINT", "amount": "DOUBLE", "currency": "STRING",
+         "status": "STRING", "channel": "STRING", "created_at": _TS, "customer_name": "STRING",
+         "customer_country": "STRING", "segment": "STRING"},
+        "Orders LEFT JOIN customers, kept by a delta join (zero state: only offsets).",
+        primary_key=("customer_id", "order_id"), bucket_keys=("customer_id",)),
+    LiveTableSpec(
+        "fraud_risk",
+        {"payment_id": "BIGINT", "order_id": "BIGINT", "customer_id": "BIGINT", "amount": "DOUBLE",
+         "method": "STRING", "card_country": "STRING", "ip_country": "STRING", "is_new_device": "BOOLEAN",
+         "paid_at": _TS, "sessions_7d": "INT", "txn_count_30d": "INT", "txn_amount_30d": "DOUBLE",
+         "open_tickets": "INT", "last_ticket_topic": "STRING", "crashes_7d": "INT", "known_customer": "BOOLEAN",
+         "ip_mismatch": "BOOLEAN", "amount_ratio": "DOUBLE", "risk_score": "DOUBLE", "risk_band": "STRING"},
+        "Payments enriched with the current customer_360 row by a lookup join, with fraud signals and a score "
+        "(log table, appended exactly once).",
+        bucket_keys=("customer_id",), options={"table.statistics.columns": "payment_id,customer_id"}),
 )})
+
+#: Tables the demo's generators write (group ``live``); the others are results of zero-state jobs (group ``jobs``).
+SOURCE_TABLES = ("customers", "orders", "payments", "customer_360")
+JOB_TABLES = ("orders_enriched", "fraud_risk", "customer_spend")
 
 
 def schema_differences(spec: LiveTableSpec, table: fl.Table) -> list[str]:

@@ -36,12 +36,21 @@ def local_resources(home) -> dict[str, Any]:
 
 
 @pytest.fixture
-def s3_resources(s3_url) -> dict[str, Any]:
+def s3_resources(s3_url, tmp_path) -> dict[str, Any]:
     """Resources whose live store is a fresh moto S3 bucket."""
-    from assets.resources import DemoScenario, LiveStore
+    from assets.resources import DemoScenario, LakeCatalog, LiveStore
 
     url, options = s3_url
-    return {"live": LiveStore(url=url, storage_options=json.dumps(options)), "demo": DemoScenario(**SMALL)}
+    endpoint, bucket = options["endpoint_url"], url[len("s3://"):].split("/")[0]
+    # the lake on the same bucket through pyiceberg's PyArrowFileIO with every s3.* key (STACK-NOTES §3); the
+    # sqlite catalog file is local (a SQL catalog needs one), the warehouse is on S3
+    properties = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO", "s3.endpoint": endpoint,
+                  "s3.access-key-id": "testing", "s3.secret-access-key": "testing", "s3.region": "us-east-1",
+                  "s3.connect-timeout": "5", "s3.request-timeout": "30"}
+    lake = LakeCatalog(uri=f"sqlite:///{tmp_path / 'lake-catalog.db'}", warehouse=f"s3://{bucket}/warehouse",
+                       properties=json.dumps(properties))
+    return {"live": LiveStore(url=url, storage_options=json.dumps(options)), "lake": lake,
+            "demo": DemoScenario(**SMALL)}
 
 
 def table_states(connection: Any) -> dict[str, Any]:

@@ -12,32 +12,67 @@ import dagster as dg
 
 from assets.cli import register
 from assets.definitions import defs
-from assets.tables import DEMO_TABLES
+from assets.tables import DEMO_TABLES, SOURCE_TABLES
 
 
-def test_the_code_location_loads_with_every_live_table_as_an_asset():
+def expected_asset_keys() -> set[str]:
+    """Every asset of the demo: live tables, job results, lake tables and histories, the training set."""
+    lake = {f"lake/{name}" for name in DEMO_TABLES}
+    lake |= {f"lake/{name}__history" for name, spec in DEMO_TABLES.items() if spec.primary_key}
+    return set(DEMO_TABLES) | lake | {"training/fraud_training_set"}
+
+
+def test_the_code_location_loads_with_every_table_as_an_asset_and_lineage_to_the_training_set():
     dg.Definitions.validate_loadable(defs)
     repo = defs.get_repository_def()
     graph = repo.asset_graph
-    assert {key.to_user_string() for key in graph.get_all_asset_keys()} == set(DEMO_TABLES)
+    assert {key.to_user_string() for key in graph.get_all_asset_keys()} == expected_asset_keys()
     for name in DEMO_TABLES:
         node = graph.get(dg.AssetKey(name))
-        assert node.group_name == "live" and node.description == DEMO_TABLES[name].description
+        group = "live" if name in SOURCE_TABLES else "jobs"
+        assert node.group_name == group and node.description == DEMO_TABLES[name].description
+        assert {k.to_user_string() for k in graph.get(dg.AssetKey(["lake", name])).parent_keys} == {name}
     parents = {name: {k.to_user_string() for k in graph.get(dg.AssetKey(name)).parent_keys} for name in DEMO_TABLES}
     assert parents == {"customers": set(), "orders": {"customers"}, "payments": {"orders"},
-                       "customer_spend": {"orders"}, "customer_360": {"customers"}}
+                       "customer_360": {"customers"}, "orders_enriched": {"orders", "customers"},
+                       "fraud_risk": {"payments", "customer_360"}, "customer_spend": {"payments"}}
+    training = graph.get(dg.AssetKey(["training", "fraud_training_set"]))
+    assert {k.to_user_string() for k in training.parent_keys} == {
+        "lake/payments", "lake/customer_360__history", "lake/customer_spend__history"}
+    assert training.partitions_def.get_first_partition_key() == "2026-11-01"
+    # lineage from every source to the training set
+    ancestors = dg.AssetSelection.assets(training.key).upstream().resolve(graph)
+    assert {"customers", "orders", "payments", "customer_360", "customer_spend"} <= {
+        k.to_user_string() for k in ancestors}
 
 
-def test_checks_job_schedule_and_resources_are_registered():
+def test_checks_jobs_schedules_sensor_and_resources_are_registered():
     repo = defs.get_repository_def()
     checks = {(k.asset_key.to_user_string(), k.name) for k in repo.asset_graph.asset_check_keys}
     expected = {(name, "schema_matches_declaration") for name in DEMO_TABLES}
     expected |= {(name, "primary_key_unique") for name, spec in DEMO_TABLES.items() if spec.primary_key}
-    assert checks == expected | {("customer_spend", "spend_matches_orders"), ("payments", "payment_ids_unique")}
+    expected |= {("customer_spend", "spend_matches_payments"), ("payments", "payment_ids_unique")}
+    for name, spec in DEMO_TABLES.items():
+        expected |= {(f"lake/{name}", c) for c in ("tiering_lag_within_freshness", "row_parity_with_live",
+                                                     "schema_is_live_plus_system_columns")}
+        if spec.primary_key:
+            expected |= {(f"lake/{name}", "primary_key_unique_in_lake")}
+            expected |= {(f"lake/{name}__history", c) for c in ("row_parity_with_live",
+                                                                  "schema_is_live_plus_system_columns")}
+    assert checks == expected
     job = repo.get_job("live_demo")
-    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == set(DEMO_TABLES)
-    schedule = repo.get_schedule_def("live_demo_every_5_minutes")
-    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED and schedule.job_name == "live_demo"
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == set(SOURCE_TABLES)
+    pipeline = repo.get_job("demo_pipeline")
+    assert {k.to_user_string() for k in pipeline.asset_layer.executable_asset_keys} == \
+        expected_asset_keys() - {"training/fraud_training_set"}
+    tier = repo.get_job("tiering")
+    assert {k.to_user_string() for k in tier.asset_layer.executable_asset_keys} == {
+        k for k in expected_asset_keys() if k.startswith("lake/")}
+    for name, job_name in (("live_demo_every_5_minutes", "live_demo"), ("tiering_every_5_minutes", "tiering")):
+        schedule = repo.get_schedule_def(name)
+        assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED and schedule.job_name == job_name
+    sensor = repo.get_sensor_def("tiering_lag_sensor")
+    assert sensor.job_name == "tiering" and sensor.default_status == dg.DefaultSensorStatus.STOPPED
     assert set(defs.resources) == {"live", "lake", "demo"}
 
 
@@ -68,7 +103,7 @@ def test_docstring_examples_of_the_assets_package_run(monkeypatch):
 
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     tried = 0
-    for name in ("tables", "generators", "resources", "checks", "ui"):
+    for name in ("tables", "generators", "resources", "checks", "ui", "jobs", "lake", "training"):
         result = doctest.testmod(importlib.import_module(f"assets.{name}"))
         assert result.failed == 0, name
         tried += result.attempted

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from test_demo_definitions import expected_asset_keys
 
-from assets.tables import DEMO_TABLES
+from assets.tables import DEMO_TABLES, JOB_TABLES, SOURCE_TABLES
 
 pytestmark = pytest.mark.slow
 
@@ -98,15 +99,18 @@ def ui(tmp_path_factory):
 
 def _graphql_lists_every_demo_asset_with_its_checks(ui):
     nodes = _graphql(ui.base, _ASSET_NODES)["assetNodes"]
-    assert {n["assetKey"]["path"][0] for n in nodes} == set(DEMO_TABLES)
-    assert all(n["groupName"] == "live" and n["hasAssetChecks"] for n in nodes)
+    assert {"/".join(n["assetKey"]["path"]) for n in nodes} == expected_asset_keys()
+    groups = {"/".join(n["assetKey"]["path"]): n["groupName"] for n in nodes}
+    assert {groups[name] for name in SOURCE_TABLES} == {"live"} and {groups[n] for n in JOB_TABLES} == {"jobs"}
+    assert groups["lake/customer_360__history"] == "lake" and groups["training/fraud_training_set"] == "training"
+    assert all(n["hasAssetChecks"] for n in nodes if n["groupName"] != "training")
     assert _get(f"{ui.base}/server_info")[0] == 200
     assert (ui.home / "dagster" / "dagster.yaml").read_text().count("enabled: false") == 2
 
 
 def _the_demo_materializes_from_the_ui(ui):
     launched = _graphql(ui.base, """mutation { launchRun(executionParams: {selector: {
-        repositoryLocationName: "assets.definitions", repositoryName: "__repository__", jobName: "live_demo"}}) {
+        repositoryLocationName: "assets.definitions", repositoryName: "__repository__", jobName: "demo_pipeline"}}) {
         __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message } } }""")["launchRun"]
     assert launched["__typename"] == "LaunchRunSuccess", launched
     run_id = launched["run"]["runId"]
@@ -119,24 +123,32 @@ def _the_demo_materializes_from_the_ui(ui):
         time.sleep(1)
     assert status == "SUCCESS", ui.log.read_text()[-3000:]
     import fluss_lake as fl  # the run wrote into the embedded default under --home
+    import tiering
 
     connection = fl.connect(str(ui.home / "live"))
     assert connection.list_tables("c360") == sorted(DEMO_TABLES)
     assert connection.get_table("c360.orders").to_polars().height > 0
+    lake = tiering.Lake.local(ui.home / "lake")  # the embedded lake beside the store, under --home (same name)
+    assert tiering.read_lake(lake, "c360.fraud_risk").collect().height == \
+        connection.get_table("c360.payments").scan_log().height
 
 
 def _assets_page_in_headless_chromium_shows_the_demo(ui, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "the browser test needs Debian's chromium: apt-get install -y chromium (.ci/run does this)"
     assert _graphql(ui.base, "mutation { setNuxSeen }") == {"setNuxSeen": True}  # no sign-up modal over the page
+    # a tall window: the asset list is virtualized (only rows in view are in the DOM)
     dom = subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-         "--no-first-run", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1400,900",
+         "--no-first-run", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1400,6000",
          "--virtual-time-budget=15000", "--dump-dom", f"{ui.base}/assets"],
         check=False, capture_output=True, text=True, timeout=120).stdout
     assert "<html" in dom
     missing = [name for name in DEMO_TABLES if f'href="/assets/{name}"' not in dom]
     assert not missing, f"asset links missing from the Assets page: {missing}"
+    # prefixed keys: the page links their folders (lake/..., training/...) or the assets themselves
+    for prefix in ("lake", "training"):
+        assert f'href="/assets/{prefix}' in dom, f"no link to the {prefix} assets on the Assets page"
 
 
 def _sigterm_stops_the_ui_and_everything_it_started(ui):

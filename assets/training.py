@@ -1,0 +1,129 @@
+"""The fraud training set (group ``training``): one partition per day, built from the lake's history.
+
+Entity rows are the day's payments from the lake (``lake/payments``) with their chargeback label ``is_fraud``;
+the decision time is ``paid_at`` minus one millisecond (what was known just before the payment). Features come
+from the lake histories of ``customer_360`` and ``customer_spend`` through :func:`fluss_lake.training.training_set`
+in event-time mode, so no value from after the decision leaks in:
+
+* ``customer_360``: each partial update carries ``updated_at``, the end of the event window it reflects, so a
+  payment sees the profile as of the last window closed before it (TTL 7 days);
+* ``customer_spend``: the aggregation's ``last_order_at`` (latest payment time it includes) is the event time,
+  so a payment's own amount and later payments never count.
+
+Each day is written as one Parquet object in the live store, ``_training/fraud_training_set/day=<date>.parquet``
+(a local folder or S3 alike); re-running a day replaces its file. Backfills of a range run as one run
+(``BackfillPolicy.single_run``): ``dagster asset materialize -m assets.definitions --select
+training/fraud_training_set --partition-range 2026-11-01...2026-11-03`` or a backfill from the UI.
+"""
+
+import io
+import warnings
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import dagster as dg
+import polars as pl
+
+import fluss_lake as fl
+import tiering
+from assets.lake import lake_key
+from assets.resources import LakeCatalog, LiveStore
+from assets.tables import DEMO_TABLES
+from fluss_lake.exceptions import InvalidConfigError
+from fluss_lake.training import FeatureView, training_set
+
+__all__ = ["TRAINING_ASSETS", "TRAINING_PARTITIONS", "TRAINING_PREFIX", "build_training_set", "fraud_training_set",
+           "read_training_set", "training_key"]
+
+#: The first day of the demo's event time (``DemoScenario.epoch``'s default).
+TRAINING_PARTITIONS = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezone="UTC")
+TRAINING_PREFIX = "_training/fraud_training_set"
+_ENTITY_COLUMNS = ["payment_id", "customer_id", "amount", "method", "card_country", "ip_country", "is_new_device",
+                   "paid_at", "is_fraud"]
+_C360_FEATURES = ["sessions_7d", "pages_per_session", "txn_count_30d", "txn_amount_30d", "open_tickets", "csat",
+                  "email_clicks_30d", "crashes_7d", "active_minutes_7d"]
+_SPEND_FEATURES = ["total_spend", "order_count", "max_order", "last_order_at"]
+
+
+def training_key(day: str) -> str:
+    """Store key of one day's training set.
+
+    Examples
+    --------
+    >>> training_key("2026-11-02")
+    '_training/fraud_training_set/day=2026-11-02.parquet'
+    """
+    return f"{TRAINING_PREFIX}/day={day}.parquet"
+
+
+def _day_start(day: str) -> datetime:
+    try:
+        return datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC)
+    except ValueError:
+        raise InvalidConfigError(f"day {day!r} is not a date; write it as YYYY-MM-DD") from None
+
+
+def build_training_set(lake: tiering.Lake, start_day: str, end_day: str | None = None) -> pl.DataFrame:
+    """The point-in-time training set of the payments paid in ``[start_day, end_day]`` (whole UTC days).
+
+    One row per payment (entity columns, ``decision_ts``, the label ``is_fraud``), then ``c360__*`` and
+    ``spend__*`` features as of ``decision_ts``, all read from the lake (tier the tables first).
+    """
+    start = _day_start(start_day)
+    end = _day_start(end_day or start_day) + timedelta(days=1)
+    if end <= start:
+        raise InvalidConfigError(f"end_day {end_day} is before start_day {start_day}")
+    c360, spend, payments = (DEMO_TABLES[n].path for n in ("customer_360", "customer_spend", "payments"))
+    entities = (tiering.read_lake(lake, payments)
+                .filter((pl.col("paid_at") >= start) & (pl.col("paid_at") < end))
+                .select(_ENTITY_COLUMNS)
+                .with_columns((pl.col("paid_at") - pl.duration(milliseconds=1)).alias("decision_ts"))
+                .sort("paid_at", "payment_id").collect())
+    views = [FeatureView(tiering.read_history(lake, c360), keys=["customer_id"], features=_C360_FEATURES,
+                         event_time="updated_at", ttl="7 d", prefix="c360__", name="customer_360"),
+             FeatureView(tiering.read_history(lake, spend), keys=["customer_id"], features=_SPEND_FEATURES,
+                         event_time="last_order_at", prefix="spend__", name="customer_spend")]
+    return training_set(entities, views, timestamp_column="decision_ts")
+
+
+def read_training_set(connection: fl.Connection, day: str) -> pl.DataFrame:
+    """One day's training set as written by the asset."""
+    return pl.read_parquet(io.BytesIO(connection.store.get(training_key(day))))
+
+
+def _fraud_training_set(context: dg.AssetExecutionContext, live: LiveStore, lake: LakeCatalog) -> dg.MaterializeResult:
+    """Build the partition's days (a backfill range in one go) and write one Parquet object per day."""
+    days = list(context.partition_keys)
+    frame = build_training_set(lake.lake(), days[0], days[-1])
+    store = live.connection().store
+    day_of = pl.col("paid_at").dt.strftime("%Y-%m-%d")
+    per_day: dict[str, int] = {}
+    for day in days:  # one write per day (a handful), not per row
+        rows = frame.filter(day_of == day)
+        buffer = io.BytesIO()
+        rows.write_parquet(buffer, compression="zstd")
+        store.put(training_key(day), buffer.getvalue())
+        per_day[day] = rows.height
+    features = [c for c in frame.columns if c.startswith(("c360__", "spend__"))]
+    null_rate = {c: round(frame[c].null_count() / frame.height, 4) if frame.height else None for c in features}
+    meta: dict[str, Any] = {
+        "dagster/row_count": frame.height, "days": dg.MetadataValue.json(per_day),
+        "location": f"{live.connection().url}/{TRAINING_PREFIX}",
+        "fraud_rate": round(float(frame["is_fraud"].mean()), 4) if frame.height else 0.0,
+        "feature_null_rate": dg.MetadataValue.json(null_rate),
+        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(name, str(dtype))
+                                                         for name, dtype in frame.schema.items()])}
+    return dg.MaterializeResult(metadata=meta)
+
+
+with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13; single-run backfills are what we want
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    fraud_training_set = dg.asset(
+        key=["training", "fraud_training_set"], group_name="training", kinds={"polars", "parquet"},
+        partitions_def=TRAINING_PARTITIONS, backfill_policy=dg.BackfillPolicy.single_run(),
+        deps=[lake_key("payments"), lake_key("customer_360", history=True), lake_key("customer_spend", history=True)],
+        description="Payments of the day with their fraud label and point-in-time features from the lake histories "
+                    "of customer_360 and customer_spend (one Parquet object per day in the store)",
+    )(_fraud_training_set)
+
+TRAINING_ASSETS = [fraud_training_set]
