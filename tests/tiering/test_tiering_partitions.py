@@ -17,7 +17,15 @@ from tiering_helpers import LAKE_ON, lake_rows, sorted_rows
 
 import fluss_lake as fl
 from fluss_lake.exceptions import UnsupportedOperationError
-from tiering import Lake, read_history, read_lake, tier_once, tier_table, union_read
+from tiering import (
+    Lake,
+    read_history,
+    read_lake,
+    table_lag,
+    tier_once,
+    tier_table,
+    union_read,
+)
 
 
 def _pk_table(conn: fl.Connection, path: str = "d.pk") -> fl.Table:
@@ -72,6 +80,11 @@ def test_partitions_map_to_iceberg_partitions_with_offsets_per_partition_and_buc
     assert sorted_rows(lake_rows(lake, "d.ev"), ["day", "region", "v"]) == sorted_rows(ev.to_polars(), ["day", "region", "v"])
     assert sorted_rows(lake_rows(lake, "d.pk"), ["day", "k", "v"]) == sorted_rows(pk.to_polars(), ["day", "k", "v"])
     assert tier_once(conn, lake)[0].committed is False  # nothing new: no commit
+    lag = table_lag(pk, lake)
+    assert set(lag.offsets_behind) == set(pk.end_offsets()) and lag.total_offsets == 0
+    pk.upsert([{"day": "d", "k": 1, "v": "w"}, {"day": "a", "k": 0, "v": "w"}])
+    lag = table_lag(pk, lake)
+    assert lag.total_offsets == 3 and {k for k, o in lag.offsets_behind.items() if o}.issubset(pk.end_offsets())
 
 
 def test_primary_key_changes_rewrite_only_files_of_the_touched_partitions(local):
@@ -104,7 +117,8 @@ def test_a_dropped_partition_stays_in_the_lake_unless_expired_and_a_recreated_on
     # default: the lake keeps the dropped partition's rows and history (Fluss writes no deletes on drop)
     assert sorted(lake_rows(lake, "d.pk")["v"].to_list()) == ["a1", "b1", "b2"]
     assert lake_rows(lake, "d.pk", "history").filter(pl.col("day") == "b").height == 2
-    assert all(k[0] != "b" for k in lake.snapshot("d.pk").offsets)  # its offsets left the summary
+    for kind in ("log", "history"):  # its offsets left both summaries
+        assert all(k[0] != "b" for k in lake.snapshot("d.pk", kind).offsets)
     assert report.committed
     # union read: the lake-only partition is read from the lake (as Fluss's union read)
     assert sorted(union_read(pk, lake).collect()["v"].to_list()) == ["a1", "b1", "b2"]
