@@ -35,6 +35,8 @@ def register(subparsers: Any) -> None:
                         help="a pyiceberg catalog property (repeat; default: the embedded lake <store>/_lake)")
     parser.add_argument("--table", action="append", default=None, metavar="DB.TABLE",
                         help="tier only this table (repeat; default: every table with table.datalake.enabled)")
+    parser.add_argument("--expire-partitions", action="store_true",
+                        help="also delete the lake data of partitions dropped live (default: the lake keeps it)")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help="with --continuous: stop after this many seconds")
     parser.set_defaults(func=run)
@@ -55,8 +57,8 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         return 2
     _say(out, f"live store {conn.url} -> lake {lake!r}")
     if args.once:
-        return _once(conn, lake, args.table, out)
-    return _continuous(conn, lake, args.table, args.duration, out)
+        return _once(conn, lake, args.table, out, expire=args.expire_partitions)
+    return _continuous(conn, lake, args.table, args.duration, out, expire=args.expire_partitions)
 
 
 def _parse_properties(items: list[str]) -> dict[str, str] | None:
@@ -87,7 +89,7 @@ def _describe(report: Any) -> str:
             f"{state} in {report.seconds:.2f} s{skipped}")
 
 
-def _once(conn: Any, lake: Any, tables: list[str] | None, out: TextIO) -> int:
+def _once(conn: Any, lake: Any, tables: list[str] | None, out: TextIO, *, expire: bool = False) -> int:
     from tiering.service import tier_once
 
     started = time.perf_counter()
@@ -98,7 +100,7 @@ def _once(conn: Any, lake: Any, tables: list[str] | None, out: TextIO) -> int:
         _say(out, _describe(report))
 
     try:
-        reports = tier_once(conn, lake, tables=tables, on_report=progress)
+        reports = tier_once(conn, lake, tables=tables, on_report=progress, expire_partitions=expire)
     except FlussLakeError as exc:
         _say(out, f"error: {exc}")
         return 1
@@ -107,7 +109,8 @@ def _once(conn: Any, lake: Any, tables: list[str] | None, out: TextIO) -> int:
     return 0
 
 
-def _continuous(conn: Any, lake: Any, tables: list[str] | None, duration: float | None, out: TextIO) -> int:
+def _continuous(conn: Any, lake: Any, tables: list[str] | None, duration: float | None, out: TextIO, *,
+                expire: bool = False) -> int:
     from tiering.service import TieringService
 
     failed = threading.Event()
@@ -119,7 +122,7 @@ def _continuous(conn: Any, lake: Any, tables: list[str] | None, duration: float 
         elif item.committed:
             _say(out, _describe(item))
 
-    service = TieringService(conn, lake, tables=tables, on_report=progress)
+    service = TieringService(conn, lake, tables=tables, on_report=progress, expire_partitions=expire)
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():

@@ -37,14 +37,17 @@ from fluss_lake.exceptions import (
 )
 from fluss_lake.metadata.table_path import TablePath
 from tiering.changes import fold_changes
+from tiering.lake_snapshot import BucketKey as Key
 from tiering.lake_snapshot import LakeSnapshot
-from tiering.log_reader import log_reader
+from tiering.log_reader import LiveOffsets, live_offsets, log_reader
 from tiering.schema import (
     BUCKET,
     OFFSET,
+    PARTITION,
     TIMESTAMP,
     LakeKind,
     conform,
+    file_key,
     lake_arrow_schema,
     to_lake_rows,
 )
@@ -69,9 +72,10 @@ class TableTieringReport:
     kind: LakeKind
     rows: int = 0                                            # live log records tiered into the lake table
     history_rows: int = 0                                    # changelog rows appended to the history table
-    start_offsets: Mapping[int, int] = field(default_factory=dict)
-    end_offsets: Mapping[int, int] = field(default_factory=dict)  # tiered offsets after the round
-    skipped_offsets: Mapping[int, int] = field(default_factory=dict)  # expired live offsets never tiered
+    # offsets keyed by bucket, or by (partition name, bucket) for a partitioned table
+    start_offsets: Mapping[Any, int] = field(default_factory=dict)
+    end_offsets: Mapping[Any, int] = field(default_factory=dict)  # tiered offsets after the round
+    skipped_offsets: Mapping[Any, int] = field(default_factory=dict)  # expired live offsets never tiered
     snapshot_id: int | None = None
     history_snapshot_id: int | None = None
     committed: bool = False
@@ -85,8 +89,14 @@ def live_kind(live: Table) -> LakeKind:
     return "primary-key" if live.is_primary_key_table else "log"
 
 
-def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = None) -> TableTieringReport:
+def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = None,
+               expire_partitions: bool = False) -> TableTieringReport:
     """Tier everything committed to `live` so far into the lake, exactly once (see the module docstring).
+
+    A partitioned table is tiered partition by partition in the same round and the same commit: offsets are
+    keyed by ``(partition name, bucket)`` in the report and the snapshot summary; partitions created since the
+    last round start at offset 0; a partition dropped live keeps its lake data (its offsets leave the summary)
+    unless `expire_partitions` (then :meth:`Lake.expire_partitions` runs after the round).
 
     Examples
     --------
@@ -99,13 +109,16 @@ def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = Non
     >>> report.rows, dict(report.end_offsets)
     (2, {0: 2})
     """
-    if getattr(live, "partition_keys", ()):
-        raise UnsupportedOperationError(f"{live.path} is partitioned; tiering partitioned tables comes with the "
-                                        "core's partition support (offsets are already keyed by partition)")
+    if live.partition_info is not None:
+        raise UnsupportedOperationError(f"tier the whole table {live.path}, not the handle of partition "
+                                        f"{live.partition_name!r} (the lake commits all partitions at once)")
     started = time.perf_counter()
     clock = clock or live.connection.clock
     try:
-        return _tier(live, lake, clock, started)
+        report = _tier(live, lake, clock, started)
+        if expire_partitions and live.is_partitioned:
+            lake.expire_partitions(live)
+        return report
     except FlussLakeError:
         raise
     except Exception as exc:
@@ -122,13 +135,12 @@ def _tier(live: Table, lake: Lake, clock: Callable[[], int], started: float) -> 
     conflicts = 0
     while True:
         tiered_at = clock()
-        end = log_reader(live).end_offsets()  # read the ends before the metadata: batches below them use a known schema
+        offsets = live_offsets(live)  # the ends before the metadata: batches below them use a known schema
         live.refresh()
-        earliest = log_reader(live).earliest_offsets()
         try:
             main = lake.ensure(live, kind)
             history = lake.ensure(live, "history") if kind == "primary-key" else None
-            return _round(live, kind, main, history, end, earliest, tiered_at, conflicts, started)
+            return _round(live, kind, main, history, offsets, tiered_at, conflicts, started)
         except (_Conflict, CommitFailedException):  # a metadata update (ensure) can race too
             conflicts += 1
             time.sleep(random.uniform(0, 0.02 * min(conflicts, 10)))  # jitter: two runs in lockstep drift apart
@@ -138,54 +150,65 @@ def _tier(live: Table, lake: Lake, clock: Callable[[], int], started: float) -> 
 
 
 class _Conflict(Exception):
-    """The lake table moved under the round: plan again."""
+    """The lake table moved under the round (or a partition was dropped meanwhile): plan again."""
 
 
-def _round(live: Table, kind: LakeKind, main: IcebergTable, history: IcebergTable | None,
-           end: dict[int, int], earliest: dict[int, int], tiered_at: int, conflicts: int,
-           started: float) -> TableTieringReport:
+def _public(offsets: Mapping[Key, int], partitioned: bool) -> dict[Any, int]:
+    """Report keys: ``bucket`` for an unpartitioned table, ``(partition name, bucket)`` for a partitioned one."""
+    return dict(offsets) if partitioned else {b: o for (_, b), o in offsets.items()}
+
+
+def _round(live: Table, kind: LakeKind, main: IcebergTable, history: IcebergTable | None, now: LiveOffsets,
+           tiered_at: int, conflicts: int, started: float) -> TableTieringReport:
     table_id = live.info.table_id
+    end, earliest, ids = now.end, now.earliest, now.ids
+    partitioned = live.is_partitioned
     main_snap = _snapshot(main, table_id)
-    starts = {b: main_snap.offset(b) for b in end}
+    starts = {k: main_snap.start(k, ids.get(k[0])) for k in end}  # type: ignore[arg-type]
     _check_not_ahead(live, starts, end)
     hist_snap = _snapshot(history, table_id) if history is not None else None
-    hist_starts = {b: hist_snap.offset(b) for b in end} if hist_snap is not None else {}
+    hist_starts = {k: hist_snap.start(k, ids.get(k[0])) for k in end} if hist_snap is not None else {}  # type: ignore[arg-type]
     _check_not_ahead(live, hist_starts, end)
-    skipped: dict[int, int] = {}
-    bootstrap = set()
-    for b in end:
-        if starts[b] < earliest[b]:
+    skipped: dict[Key, int] = {}
+    bootstrap: set[Key] = set()
+    for k in end:
+        if starts[k] < earliest[k]:
             if kind == "primary-key":
-                bootstrap.add(b)
+                bootstrap.add(k)
             else:
-                skipped[b] = earliest[b] - starts[b]
-                starts[b] = earliest[b]
-        if hist_starts and hist_starts[b] < earliest[b]:
-            skipped[b] = max(skipped.get(b, 0), earliest[b] - hist_starts[b])
-            hist_starts[b] = earliest[b]
-    base, base_offsets = _bootstrap_rows(live, bootstrap)
+                skipped[k] = earliest[k] - starts[k]
+                starts[k] = earliest[k]
+        if hist_starts and hist_starts[k] < earliest[k]:
+            skipped[k] = max(skipped.get(k, 0), earliest[k] - hist_starts[k])
+            hist_starts[k] = earliest[k]
+    base, base_offsets = _bootstrap_rows(now, bootstrap)
     starts.update(base_offsets)  # a rebuilt bucket's state is current up to its offset (>= the log end read)
-    tiered = {b: max(end[b], starts[b]) for b in end}
-    read_from = {b: min(starts[b], hist_starts.get(b, starts[b]), end[b]) for b in end}
-    need_main = bool(bootstrap) or any(starts[b] < end[b] for b in end)
-    need_history = any(hist_starts[b] < end[b] for b in hist_starts)
-    report: dict[str, Any] = {"table": live.path, "kind": kind, "start_offsets": dict(main_snap.bucket_offsets()),
-                              "end_offsets": tiered, "skipped_offsets": skipped, "snapshot_id": main_snap.snapshot_id,
+    tiered = {k: max(end[k], starts[k]) for k in end}
+    read_from = {k: min(starts[k], hist_starts.get(k, starts[k]), end[k]) for k in end}
+    # offsets of partitions dropped live leave the summary (their lake data stays): commit even without rows
+    stale = set(main_snap.offsets) - set(end)
+    need_main = bool(bootstrap or stale) or any(starts[k] < end[k] for k in end)
+    need_history = hist_snap is not None and (bool(set(hist_snap.offsets) - set(end))
+                                              or any(hist_starts[k] < end[k] for k in hist_starts))
+    report: dict[str, Any] = {"table": live.path, "kind": kind,
+                              "start_offsets": _public(main_snap.offsets, partitioned),
+                              "end_offsets": _public(tiered, partitioned),
+                              "skipped_offsets": _public(skipped, partitioned), "snapshot_id": main_snap.snapshot_id,
                               "conflicts": conflicts,
                               "history_snapshot_id": hist_snap.snapshot_id if hist_snap else None}
     if not (need_main or need_history):
         return TableTieringReport(**report, seconds=time.perf_counter() - started)
-    log = log_reader(live).scan_log(start_offsets=read_from, end_offsets=end)
+    log = _read_log(live, now, read_from)
     if history is not None and need_history:
         rows = _since(log, hist_starts)
-        new = LakeSnapshot(None, {(None, b): end[b] for b in end}, table_id, tiered_at)
+        new = LakeSnapshot(None, dict(end), table_id, tiered_at, ids)
         report["history_snapshot_id"] = _commit(history, lambda tx, props: tx.append(
             to_lake_rows(rows, lake_arrow_schema(live.schema, "history")), snapshot_properties=props), new)
         report["history_rows"] = rows.height
         report["committed"] = True
     if need_main:
         rows = _since(log, starts)
-        new = LakeSnapshot(None, {(None, b): tiered[b] for b in end}, table_id, tiered_at)
+        new = LakeSnapshot(None, tiered, table_id, tiered_at, ids)
         if kind == "log":
             report["snapshot_id"] = _commit(main, lambda tx, props: tx.append(
                 to_lake_rows(rows, lake_arrow_schema(live.schema, "log")), snapshot_properties=props), new)
@@ -196,6 +219,27 @@ def _round(live: Table, kind: LakeKind, main: IcebergTable, history: IcebergTabl
     return TableTieringReport(**report, seconds=time.perf_counter() - started)
 
 
+def _read_log(live: Table, now: LiveOffsets, read_from: Mapping[Key, int]) -> pl.DataFrame:
+    """The live log ``[read_from, end)`` of every partition and bucket, with a ``_partition`` name column."""
+    frames = []
+    for name, handle in now.handles.items():
+        starts, ends = now.of(name, read_from), now.of(name, now.end)
+        if all(starts[b] >= ends[b] for b in ends):
+            continue
+        try:
+            frame = log_reader(handle).scan_log(start_offsets=starts, end_offsets=ends)
+        except Exception:
+            if name is not None and name not in {p.name for p in live.list_partitions()}:
+                raise _Conflict() from None  # dropped during the round: plan again without it
+            raise
+        frames.append(frame.with_columns(pl.lit(name, pl.String).alias(PARTITION)))
+    if not frames:
+        return pl.DataFrame(schema={PARTITION: pl.String, "_bucket": pl.Int32, "_offset": pl.Int64,
+                                    "_change_type": pl.String, "_commit_timestamp": pl.Datetime("ms", "UTC"),
+                                    **live.schema.polars_schema})
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
 def _snapshot(table: IcebergTable, table_id: str) -> LakeSnapshot:
     snap = LakeSnapshot.of_table(table)
     if snap.table_id not in (None, table_id):
@@ -204,21 +248,28 @@ def _snapshot(table: IcebergTable, table_id: str) -> LakeSnapshot:
     return snap
 
 
-def _check_not_ahead(live: Table, starts: Mapping[int, int], end: Mapping[int, int]) -> None:
+def _check_not_ahead(live: Table, starts: Mapping[Key, int], end: Mapping[Key, int]) -> None:
     """The lake can never be ahead of the live log (that would mean another store or a rolled-back store)."""
-    ahead = {b: (s, end[b]) for b, s in starts.items() if s > end[b]}
+    ahead = {(k if k[0] is not None else k[1]): (s, end[k]) for k, s in starts.items() if s > end[k]}
     if ahead:
+        if live.is_partitioned:  # a partition re-created since its end was read: the round plans again
+            listed = {p.name for p in live.list_partitions()}
+            if any(k[0] not in listed for k in ahead):  # type: ignore[index]
+                raise _Conflict()
         raise LakeTableMismatchError(f"the lake of {live.path} has tiered offsets beyond the live log end "
                                      f"(bucket: (lake, live) {ahead}); was the live store replaced? Drop the lake "
                                      "table (Lake.drop) and tier again")
 
 
-def _since(log: pl.DataFrame, starts: Mapping[int, int]) -> pl.DataFrame:
-    """Rows at or after each bucket's start offset."""
+def _since(log: pl.DataFrame, starts: Mapping[Key, int]) -> pl.DataFrame:
+    """Rows at or after each (partition, bucket)'s start offset."""
     if not log.height:
         return log
-    return log.filter(pl.col("_offset") >= pl.col("_bucket").replace_strict(dict(starts), default=0,
-                                                                             return_dtype=pl.Int64))
+    keys = pl.DataFrame({PARTITION: [k[0] for k in starts], "_bucket": [k[1] for k in starts],
+                         "__start": list(starts.values())},
+                        schema={PARTITION: pl.String, "_bucket": log.schema["_bucket"], "__start": pl.Int64})
+    return log.join(keys, on=[PARTITION, "_bucket"], how="left", nulls_equal=True, maintain_order="left") \
+        .filter(pl.col("_offset") >= pl.col("__start").fill_null(0)).drop("__start")
 
 
 def _commit(table: IcebergTable, write: Callable[[Any, dict[str, str]], None], new: LakeSnapshot) -> int | None:
@@ -235,24 +286,24 @@ def _commit(table: IcebergTable, write: Callable[[Any, dict[str, str]], None], n
     return current.snapshot_id if current is not None else None
 
 
-def _bootstrap_rows(live: Table, buckets: set[int]) -> tuple[pl.DataFrame | None, dict[int, int]]:
+def _bootstrap_rows(now: LiveOffsets, keys: set[Key]) -> tuple[pl.DataFrame | None, dict[Key, int]]:
     """Current rows of buckets whose log expired before tiering, from the live state, with the state's offset."""
-    if not buckets:
+    if not keys:
         return None, {}
     frames, offsets = [], {}
-    for b in sorted(buckets):
-        tablet = live.kv_tablet(b)
+    for name, b in sorted(keys, key=lambda k: (k[0] or "", k[1])):
+        tablet = now.handles[name].kv_tablet(b)
         with tablet.lock:
             tablet.catch_up()
             rows = tablet.kv.scan()
-            offsets[b] = tablet.applied
+            offsets[(name, b)] = tablet.applied
         frames.append(rows.with_columns(pl.lit(b, pl.Int32).alias(BUCKET), pl.lit(-1, pl.Int64).alias(OFFSET),
                                         pl.lit(-1, pl.Int64).cast(pl.Datetime("ms", "UTC")).alias(TIMESTAMP)))
     return pl.concat(frames, how="vertical_relaxed"), offsets
 
 
 def _merge_commit(live: Table, main: IcebergTable, log: pl.DataFrame, base: pl.DataFrame | None,
-                  rebuilt: set[int], new: LakeSnapshot) -> tuple[int | None, int]:
+                  rebuilt: set[Key], new: LakeSnapshot) -> tuple[int | None, int]:
     """Apply the folded changes copy-on-write to the data files that hold touched keys; one overwrite commit."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
@@ -261,8 +312,8 @@ def _merge_commit(live: Table, main: IcebergTable, log: pl.DataFrame, base: pl.D
     upserts, touched = fold_changes(log, pk) if log.height else (log, log.select(pk))
     upserts = to_lake_rows(upserts, target) if upserts.height else target.empty_table()
     touched = _as_lake_types(touched, target, pk)
-    touched_buckets = set(log.get_column("_bucket").unique().to_list()) if log.height else set()
-    old_files, kept = _touched_files(main, touched, touched_buckets, rebuilt, pk)
+    touched_keys: set[Key] = set(log.select(PARTITION, "_bucket").unique().iter_rows()) if log.height else set()
+    old_files, kept = _touched_files(live, main, touched, touched_keys, rebuilt, pk)
     parts = [conform(frame, target) for frame in (kept, base) if frame is not None and frame.height]
     parts = [t for t in (*parts, upserts) if t.num_rows]
     rows = pa.concat_tables(parts).cast(target) if parts else target.empty_table()
@@ -286,17 +337,21 @@ def _as_lake_types(keys: pl.DataFrame, target: pa.Schema, pk: list[str]) -> pl.D
     return frame
 
 
-def _touched_files(main: IcebergTable, touched: pl.DataFrame, buckets: set[int], rebuilt: set[int],
+def _touched_files(live: Table, main: IcebergTable, touched: pl.DataFrame, keys: set[Key], rebuilt: set[Key],
                    pk: list[str]) -> tuple[list[Any], pl.DataFrame | None]:
-    """Data files of the touched partitions that hold a touched key (all files of rebuilt buckets), and their
-    rows that stay (those without a touched key)."""
+    """Data files of the touched (partition, bucket)s that hold a touched key (all files of rebuilt buckets), and
+    their rows that stay (those without a touched key)."""
     from pyiceberg.expressions import AlwaysTrue, In
     from pyiceberg.io.pyarrow import ArrowScan
 
-    if main.current_snapshot() is None or not (buckets | rebuilt):
+    if main.current_snapshot() is None or not (keys | rebuilt):
         return [], None
-    scan = main.scan(row_filter=In(BUCKET, sorted(buckets | rebuilt)))
-    tasks = list(scan.plan_files())
+    scan = main.scan(row_filter=In(BUCKET, sorted({b for _, b in keys | rebuilt})))
+    tasks = []
+    for task in scan.plan_files():  # manifests give each file's partition: keep the touched partitions' files
+        key = file_key(main, task.file, live.schema, live.partition_keys)
+        if key in keys or key in rebuilt:
+            tasks.append((task, key))
     if not tasks:
         return [], None
     metadata, schema = main.metadata, main.schema()
@@ -304,8 +359,8 @@ def _touched_files(main: IcebergTable, touched: pl.DataFrame, buckets: set[int],
     rewrite: list[Any] = []
     kept_parts: list[pl.DataFrame] = []
     touched_keys = touched.lazy()
-    candidates = [t for t in tasks if t.file.partition[0] not in rebuilt]
-    dropped = [t for t in tasks if t.file.partition[0] in rebuilt]  # replaced wholesale by the live state
+    candidates = [t for t, key in tasks if key not in rebuilt]
+    dropped = [t for t, key in tasks if key in rebuilt]  # replaced wholesale by the live state
     # Many changes per row of the candidate files: nearly every file holds a touched key, so read each file whole
     # once. Few changes: read only the key columns first, then whole rows of the files that hold a touched key.
     whole = touched.height * _WHOLE_READ_RATIO >= sum(t.file.record_count for t in candidates)

@@ -14,7 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fluss_lake.exceptions import InvalidConfigError, LakeTableMismatchError
+from fluss_lake.exceptions import (
+    InvalidConfigError,
+    LakeTableMismatchError,
+    TieringConflictError,
+)
 from fluss_lake.metadata.table_path import TablePath
 from tiering.lake_snapshot import TABLE_ID_PROPERTY, LakeSnapshot
 from tiering.schema import LakeKind, lake_arrow_schema, system_names
@@ -158,9 +162,10 @@ class Lake:
                 del exc
         self._check_owner(table, live, kind)
         if table.current_snapshot() is None:  # idempotent: a crash between create and here is repaired here
-            if table.spec().is_unpartitioned():
+            if table.spec().is_unpartitioned():  # identity on each partition column, then __bucket (as Fluss)
                 with table.update_spec() as spec:
-                    spec.add_identity("__bucket")
+                    for column in (*live.partition_keys, "__bucket"):
+                        spec.add_identity(column)
             if kind == "primary-key" and not table.schema().identifier_field_ids:
                 with table.update_schema() as update:  # Iceberg identifier fields = the primary key (as Fluss)
                     update.set_identifier_fields(*live.schema.primary_key)
@@ -191,6 +196,40 @@ class Lake:
                     update.move_before(name, first_system)
         return table
 
+    def expire_partitions(self, live: Table) -> list[str]:
+        """Delete the lake data (current state or log, and history) of partitions that no longer exist live.
+
+        By default the lake keeps a dropped partition's data (the lake is the history; Fluss writes no delete
+        records when a partition is dropped or expires by ``table.auto-partition.num-retention``). Call this, or
+        tier with ``expire_partitions=True``, to mirror drops. Whole data files are removed (the files of one
+        Iceberg partition hold one Fluss partition), in one commit per lake table; returns the names removed.
+
+        Examples
+        --------
+        >>> import tempfile, fluss_lake as fl, tiering
+        >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+        >>> _ = conn.create_table("d.ev", schema={"day": "STRING", "v": "INT"}, partition_keys=["day"],
+        ...                       options={"table.datalake.enabled": True})
+        >>> ev = conn.get_table("d.ev"); _ = ev.append([{"day": "20260101", "v": 1}, {"day": "20260102", "v": 2}])
+        >>> lake = tiering.Lake.for_connection(conn); _ = tiering.tier_once(conn, lake)
+        >>> ev.drop_partition("20260101"); lake.expire_partitions(ev)
+        ['20260101']
+        >>> tiering.read_lake(lake, "d.ev").collect()["v"].to_list()
+        [2]
+        """
+        if not live.is_partitioned:
+            return []
+        existing = {p.name for p in live.list_partitions()}
+        removed: set[str] = set()
+        for kind in ("log", "history"):
+            table = self.load(live.path, kind)  # type: ignore[arg-type]
+            if table is None or table.current_snapshot() is None:
+                continue
+            self._check_owner(table, live, kind if kind == "history" else ("primary-key" if live.is_primary_key_table
+                                                                             else "log"))
+            removed.update(_expire_files(table, live, existing))
+        return sorted(removed)  # type: ignore[type-var]
+
     def drop(self, path: str | TablePath) -> None:
         """Drop the lake table of a live table and its history table (their files stay until maintenance)."""
         for kind in ("log", "history"):
@@ -205,3 +244,31 @@ def _local_properties(path: str) -> dict[str, str]:
     """SQL catalog on sqlite + a local warehouse under `path`."""
     root = Path(path).absolute()
     return {"type": "sql", "uri": f"sqlite:///{root / 'catalog.db'}", "warehouse": root.joinpath("warehouse").as_uri()}
+
+
+def _expire_files(table: IcebergTable, live: Table, existing: set[str]) -> list[str]:
+    """Remove the data files of partitions not in `existing` in one commit (re-planned if a tiering round won)."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from tiering.schema import file_key
+
+    for _attempt in range(20):
+        stale = [(task.file, file_key(table, task.file, live.schema, live.partition_keys)[0])
+                 for task in table.scan().plan_files()]
+        stale = [(f, name) for f, name in stale if name not in existing]
+        if not stale:
+            return []
+        snap = LakeSnapshot.of_table(table)
+        keep = LakeSnapshot(None, {k: o for k, o in snap.offsets.items() if k[0] in existing}, snap.table_id,
+                            snap.tiered_at_ms, {n: i for n, i in snap.partition_ids.items() if n in existing})
+        try:
+            with table.transaction() as tx, \
+                    tx.update_snapshot(snapshot_properties=keep.summary_properties()).overwrite() as overwrite:
+                for data_file, _ in stale:
+                    overwrite.delete_data_file(data_file)
+        except CommitFailedException:
+            table.refresh()
+            continue
+        return sorted({name for _, name in stale if name is not None})
+    raise TieringConflictError(f"expiring dropped partitions of {live.path}: tiering runs committed first 20 times "
+                               "in a row; try again")

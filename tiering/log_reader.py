@@ -4,12 +4,16 @@
 on S3 downloads its segments, and replaying the log tail): tiering and union reads only need the changelog, so
 they read through plain ``LogTablet`` objects over the same objects in the store. One reader per live ``Table``
 is kept, so the per-bucket listings are made once and then only probed forward.
+
+A partitioned table is read partition by partition (``Table.partition_tables()``): its offsets are keyed by
+``(partition name, bucket)`` (``(None, bucket)`` for an unpartitioned table), as in the lake's snapshot summary.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -20,7 +24,7 @@ from fluss_lake.log.log_tablet import LogTablet
 if TYPE_CHECKING:
     from fluss_lake.table import Table
 
-__all__ = ["LogReader", "log_reader"]
+__all__ = ["LiveOffsets", "LogReader", "live_offsets", "log_reader"]
 
 _READERS: weakref.WeakKeyDictionary[Any, LogReader] = weakref.WeakKeyDictionary()
 
@@ -50,7 +54,7 @@ class LogReader:
         opened = live._kv_tablets.get(bucket)
         if opened is not None:
             return opened.log
-        prefix = live.connection.table_prefix(live.info)
+        prefix = live._data_prefix()  # the partition's own folder for a partition handle
         key = (prefix, bucket)
         tablet = self._tablets.get(key)
         if tablet is None:
@@ -77,3 +81,44 @@ def log_reader(live: Table) -> LogReader:
     if reader is None:
         reader = _READERS[live] = LogReader(live)
     return reader
+
+
+@dataclass(frozen=True, slots=True)
+class LiveOffsets:
+    """The partitions of a live table at one moment, with every bucket's end and earliest offsets.
+
+    `handles` maps a partition name (None: the unpartitioned table) to its handle, `ids` a partition name to
+    its id (a dropped and re-created partition gets a new id and starts at offset 0).
+    """
+
+    handles: dict[str | None, Table]
+    end: dict[tuple[str | None, int], int]
+    earliest: dict[tuple[str | None, int], int]
+    ids: dict[str, str]
+
+    def of(self, name: str | None, offsets: Mapping[tuple[str | None, int], int]) -> dict[int, int]:
+        """``{bucket: offset}`` of one partition."""
+        return {b: o for (p, b), o in offsets.items() if p == name}
+
+
+def live_offsets(live: Table) -> LiveOffsets:
+    """End offsets (fresh), then earliest offsets, of every bucket of every partition that exists now."""
+    handles: dict[str | None, Table] = {t.partition_name: t for t in live.partition_tables()}
+    end: dict[tuple[str | None, int], int] = {}
+    earliest: dict[tuple[str | None, int], int] = {}
+    ids: dict[str, str] = {}
+    for name, handle in handles.items():
+        reader = log_reader(handle)
+        end.update({(name, b): o for b, o in reader.end_offsets().items()})
+        earliest.update({(name, b): o for b, o in reader.earliest_offsets().items()})
+        if handle.partition_info is not None:
+            ids[name] = handle.partition_info.partition_id  # type: ignore[index]
+    if ids:  # a partition dropped while its (now empty) log was listed is not part of this moment
+        still = {p.name: p.partition_id for p in live.list_partitions()}
+        gone = {n for n, i in ids.items() if still.get(n) != i}
+        if gone:
+            handles = {n: h for n, h in handles.items() if n not in gone}
+            end = {k: o for k, o in end.items() if k[0] not in gone}
+            earliest = {k: o for k, o in earliest.items() if k[0] not in gone}
+            ids = {n: i for n, i in ids.items() if n not in gone}
+    return LiveOffsets(handles, end, earliest, ids)

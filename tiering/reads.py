@@ -19,10 +19,12 @@ import polars as pl
 
 from fluss_lake.exceptions import TableNotExistError
 from fluss_lake.metadata.table_path import TablePath
+from fluss_lake.training.history import PARTITION as PARTITION_NAME
+from fluss_lake.training.history import with_partition_name
 from tiering.changes import apply_changes, fold_changes
 from tiering.lake_snapshot import LakeSnapshot
-from tiering.log_reader import log_reader
-from tiering.schema import BUCKET, OFFSET, SYSTEM_COLUMNS, TIMESTAMP
+from tiering.log_reader import LiveOffsets, live_offsets, log_reader
+from tiering.schema import BUCKET, CHANGE_TYPE, OFFSET, SYSTEM_COLUMNS, TIMESTAMP
 
 if TYPE_CHECKING:
     from fluss_lake.catalog import Connection
@@ -73,6 +75,10 @@ def read_history(lake: Lake, path: str | TablePath) -> pl.LazyFrame:
     """The changelog history of a primary-key table: live columns + ``__change_type`` (``+I -U +U -D``),
     ``__bucket``, ``__offset`` and ``__timestamp`` (commit time), one row per changelog record.
 
+    A partitioned table's history also has ``__partition`` (the Fluss partition name, before ``__bucket``):
+    with it the frame is a complete history frame for ``fluss_lake.training`` (offsets per partition and bucket).
+    The partition columns are ordinary columns.
+
     Examples
     --------
     >>> import tempfile, fluss_lake as fl, tiering
@@ -88,7 +94,21 @@ def read_history(lake: Lake, path: str | TablePath) -> pl.LazyFrame:
     if table is None:
         raise TableNotExistError(f"the lake has no history table for {TablePath.of(path)} (only primary-key tables "
                                  "have one; tier the table first with tier_once)")
-    return _scan(lake, table)
+    frame = _scan(lake, table)
+    keys = partition_columns(table)
+    if not keys:
+        return frame
+    named = with_partition_name(frame, keys, frame.collect_schema())
+    order = [c for c in frame.collect_schema().names() if c != BUCKET]
+    at = order.index(CHANGE_TYPE) + 1
+    return named.select(*order[:at], PARTITION_NAME, BUCKET, *order[at:])
+
+
+def partition_columns(iceberg_table: Any) -> list[str]:
+    """The live partition columns of a lake table (its identity partition fields before ``__bucket``)."""
+    schema = iceberg_table.schema()
+    names = [schema.find_field(f.source_id).name for f in iceberg_table.spec().fields]
+    return [n for n in names if n != BUCKET]
 
 
 def union_read(live: Table, lake: Lake, *, columns: Sequence[str] | None = None,
@@ -119,27 +139,48 @@ def union_read(live: Table, lake: Lake, *, columns: Sequence[str] | None = None,
     if snap.table_id not in (None, live.info.table_id):
         snap = LakeSnapshot(None)  # the lake table belongs to an older incarnation: read live only
         iceberg_table = None
-    end, earliest = log_reader(live).end_offsets(), log_reader(live).earliest_offsets()
+    now = live_offsets(live)
+    end, earliest = now.end, now.earliest
     lake_rows = _as_live(_scan(lake, iceberg_table, snap.snapshot_id) if iceberg_table is not None
                          and snap.snapshot_id is not None else None, live)
-    starts = {b: snap.offset(b) for b in end}
+    starts = {k: snap.start(k, now.ids.get(k[0])) for k in end}  # type: ignore[arg-type]
     if not live.is_primary_key_table:
-        tail = log_reader(live).scan_log(start_offsets={b: max(starts[b], earliest[b]) for b in end}, end_offsets=end)
+        tail = _tail(now, {k: max(starts[k], earliest[k]) for k in end})
         parts = [frame for frame in (lake_rows, _tail_rows(tail).lazy()) if frame is not None]
         return pl.concat([p.select(keep) for p in parts], how="vertical_relaxed")
     pk = list(live.schema.primary_key)
-    expired = {b for b in end if starts[b] < earliest[b]}  # the lake is behind what the live log retains
-    tail = log_reader(live).scan_log(start_offsets={b: (end[b] if b in expired else starts[b]) for b in end}, end_offsets=end)
+    expired = {k for k in end if starts[k] < earliest[k]}  # the lake is behind what the live log retains
+    tail = _tail(now, {k: (end[k] if k in expired else starts[k]) for k in end})
     upserts, touched = fold_changes(tail, pk)
     current = lake_rows if lake_rows is not None else pl.LazyFrame(schema={**dtypes, BUCKET: pl.Int32,
                                                                          OFFSET: pl.Int64,
                                                                          TIMESTAMP: pl.Datetime("us", "UTC")})
     if expired:  # those buckets come from the live state, which is complete
-        current = current.filter(~pl.col(BUCKET).is_in(sorted(expired)))
+        current = _without(current, expired, live)
     merged = apply_changes(current.select(*dtypes, *SYSTEM_COLUMNS), _tail_rows(upserts).lazy(), touched.lazy(), pk)
     if expired:
-        merged = pl.concat([merged, _live_state(live, expired)], how="vertical_relaxed")
+        merged = pl.concat([merged, _live_state(now, expired)], how="vertical_relaxed")
     return merged.select(keep)
+
+
+def _tail(now: LiveOffsets, starts: dict[tuple[str | None, int], int]) -> pl.DataFrame:
+    """The live log from `starts` to the ends of every partition and bucket."""
+    frames = [log_reader(handle).scan_log(start_offsets=now.of(name, starts), end_offsets=now.of(name, now.end))
+              for name, handle in now.handles.items()]
+    if not frames:
+        return pl.DataFrame(schema={"_bucket": pl.Int32, "_offset": pl.Int64, "_change_type": pl.String,
+                                    "_commit_timestamp": pl.Datetime("ms", "UTC")})
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def _without(current: pl.LazyFrame, keys: set[tuple[str | None, int]], live: Table) -> pl.LazyFrame:
+    """Lake rows outside some (partition, bucket)s."""
+    if not live.is_partitioned:
+        return current.filter(~pl.col(BUCKET).is_in(sorted(b for _, b in keys)))
+    named = with_partition_name(current, live.partition_keys, live.schema.polars_schema, column="__pname")
+    drop = pl.LazyFrame({"__pname": [p for p, _ in keys], BUCKET: [b for _, b in keys]},
+                        schema={"__pname": pl.String, BUCKET: pl.Int32})
+    return named.join(drop, on=["__pname", BUCKET], how="anti").drop("__pname")
 
 
 def _as_live(frame: pl.LazyFrame | None, live: Table) -> pl.LazyFrame | None:
@@ -157,11 +198,11 @@ def _tail_rows(log: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.col(TIMESTAMP).cast(pl.Datetime("us", "UTC")))
 
 
-def _live_state(live: Table, buckets: set[int]) -> pl.LazyFrame:
+def _live_state(now: LiveOffsets, keys: set[tuple[str | None, int]]) -> pl.LazyFrame:
     """Current rows of some buckets from the live state (their un-tiered log expired)."""
     frames = []
-    for b in sorted(buckets):
-        tablet = live.kv_tablet(b)
+    for name, b in sorted(keys, key=lambda k: (k[0] or "", k[1])):
+        tablet = now.handles[name].kv_tablet(b)
         with tablet.lock:
             tablet.catch_up()
             frames.append(tablet.kv.scan().with_columns(

@@ -9,7 +9,7 @@ the first system column, so system columns stay last.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import polars as pl
 import pyarrow as pa
@@ -17,11 +17,13 @@ import pyarrow as pa
 from fluss_lake.exceptions import LakeTableMismatchError
 from fluss_lake.metadata.schema import Schema
 
-__all__ = ["HISTORY_COLUMNS", "SYSTEM_COLUMNS", "LakeKind", "arrow_type", "lake_arrow_schema", "to_lake_rows"]
+__all__ = ["HISTORY_COLUMNS", "SYSTEM_COLUMNS", "LakeKind", "arrow_type", "file_key", "lake_arrow_schema",
+           "to_lake_rows"]
 
 LakeKind = Literal["log", "primary-key", "history"]
 
 BUCKET, OFFSET, TIMESTAMP, CHANGE_TYPE = "__bucket", "__offset", "__timestamp", "__change_type"
+PARTITION = "_partition"  # the live scan's partition name column (not stored in the lake)
 SYSTEM_COLUMNS = (BUCKET, OFFSET, TIMESTAMP)
 HISTORY_COLUMNS = (CHANGE_TYPE, *SYSTEM_COLUMNS)
 _TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
@@ -69,6 +71,8 @@ def lake_arrow_schema(schema: Schema, kind: LakeKind) -> pa.Schema:
 def to_lake_rows(log: pl.DataFrame, target: pa.Schema) -> pa.Table:
     """Rows of a live log scan (``_bucket, _offset, _change_type, _commit_timestamp`` + columns) in lake form."""
     renamed = log.rename({"_bucket": BUCKET, "_offset": OFFSET, "_commit_timestamp": TIMESTAMP})
+    if PARTITION in renamed.columns and PARTITION not in target.names:
+        renamed = renamed.drop(PARTITION)
     if CHANGE_TYPE in target.names:
         renamed = renamed.with_columns(pl.col("_change_type").cast(pl.String).alias(CHANGE_TYPE))
     return conform(renamed, target)
@@ -86,3 +90,32 @@ def conform(frame: pl.DataFrame, target: pa.Schema) -> pa.Table:
 def system_names(kind: LakeKind) -> Sequence[str]:
     """System columns of a lake table of `kind`, in order."""
     return HISTORY_COLUMNS if kind == "history" else SYSTEM_COLUMNS
+
+
+def file_key(iceberg_table: Any, data_file: Any, live_schema: Schema,
+             partition_keys: Sequence[str]) -> tuple[str | None, int]:
+    """``(Fluss partition name or None, bucket)`` of a lake data file, from its identity partition values."""
+    from fluss_lake.metadata.partition import partition_name, value_string
+
+    spec = iceberg_table.specs()[data_file.spec_id]
+    names = [iceberg_table.schema().find_field(f.source_id).name for f in spec.fields]
+    values = dict(zip(names, data_file.partition, strict=False))
+    if not partition_keys:
+        return None, int(values[BUCKET])
+    dtypes = live_schema.polars_schema
+    return partition_name([value_string(_from_iceberg(values[k], dtypes[k]), dtypes[k]) for k in partition_keys]), \
+        int(values[BUCKET])
+
+
+def _from_iceberg(value: Any, dtype: pl.DataType) -> Any:
+    """A partition value as Iceberg stores it in manifests (days, micros) back as the Python value."""
+    import datetime as dt
+
+    if isinstance(dtype, pl.Date) and isinstance(value, int):
+        return dt.date(1970, 1, 1) + dt.timedelta(days=value)
+    if isinstance(dtype, pl.Datetime) and isinstance(value, int):
+        tz = dt.UTC if dtype.time_zone else None
+        return dt.datetime(1970, 1, 1, tzinfo=tz) + dt.timedelta(microseconds=value)
+    if isinstance(dtype, pl.Time) and isinstance(value, int):
+        return (dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=value)).time()
+    return value

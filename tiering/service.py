@@ -14,14 +14,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fluss_lake import options as opt
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError
 from fluss_lake.metadata.table_path import TablePath
 from tiering.committer import TableTieringReport, tier_table
 from tiering.lake import Lake
-from tiering.log_reader import log_reader
+from tiering.log_reader import live_offsets
 
 if TYPE_CHECKING:
     from fluss_lake.catalog import Connection
@@ -35,10 +35,11 @@ _REDISCOVER_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class TableLag:
-    """How far a lake table is behind its live table: offsets per bucket, and seconds of commits not in the lake."""
+    """How far a lake table is behind its live table: offsets per bucket (``(partition name, bucket)`` for a
+    partitioned table), and seconds of commits not in the lake."""
 
     table: TablePath
-    offsets_behind: dict[int, int] = field(default_factory=dict)
+    offsets_behind: dict[Any, int] = field(default_factory=dict)
     seconds: float = 0.0
 
     @property
@@ -85,8 +86,11 @@ def _resolve(connection: Connection, tables: Sequence[str | TablePath] | None) -
 
 
 def tier_once(connection: Connection, lake: Lake | None = None, *, tables: Sequence[str | TablePath] | None = None,
-              on_report: Callable[[TableTieringReport], None] | None = None) -> list[TableTieringReport]:
+              on_report: Callable[[TableTieringReport], None] | None = None,
+              expire_partitions: bool = False) -> list[TableTieringReport]:
     """One tiering round over the lake-enabled tables (or the given ones); returns one report per table.
+
+    `expire_partitions`: also delete the lake data of partitions dropped live (default: the lake keeps it).
 
     `lake` defaults to the embedded lake beside a local store (:meth:`Lake.for_connection`). A failing table
     raises after the others were tiered (the first error, with the rest attached as notes).
@@ -105,7 +109,7 @@ def tier_once(connection: Connection, lake: Lake | None = None, *, tables: Seque
     reports, errors = [], []
     for path in _resolve(connection, tables):
         try:
-            report = tier_table(connection.get_table(path), lake)
+            report = tier_table(connection.get_table(path), lake, expire_partitions=expire_partitions)
         except FlussLakeError as exc:
             errors.append(exc)
             continue
@@ -123,8 +127,10 @@ def tier_once(connection: Connection, lake: Lake | None = None, *, tables: Seque
 def table_lag(live: Table, lake: Lake, *, now_ms: int | None = None) -> TableLag:
     """Offsets per bucket not yet in the lake, and for how long the lake has been missing commits (seconds)."""
     snap = lake.snapshot(live.path)
-    end = log_reader(live).end_offsets()
-    behind = {b: max(0, end[b] - snap.offset(b)) for b in end}
+    now_offsets = live_offsets(live)
+    behind = {k: max(0, o - snap.start(k, now_offsets.ids.get(k[0]))) for k, o in now_offsets.end.items()}  # type: ignore[arg-type]
+    if not live.is_partitioned:
+        behind = {b: o for (_, b), o in behind.items()}
     now = live.connection.clock() if now_ms is None else now_ms
     if not any(behind.values()):
         return TableLag(live.path, behind, 0.0)
@@ -143,6 +149,8 @@ class TieringService:
         Tier only these (default: every lake-enabled table, rediscovered every few seconds).
     on_report
         Called after every round of a table with its report (or with the exception it raised).
+    expire_partitions
+        Also delete the lake data of partitions dropped live (default: the lake keeps it as history).
 
     Examples
     --------
@@ -160,8 +168,10 @@ class TieringService:
 
     def __init__(self, connection: Connection, lake: Lake | None = None, *,
                  tables: Sequence[str | TablePath] | None = None,
-                 on_report: Callable[[TableTieringReport | Exception], None] | None = None) -> None:
+                 on_report: Callable[[TableTieringReport | Exception], None] | None = None,
+                 expire_partitions: bool = False) -> None:
         self.connection = connection
+        self.expire_partitions = expire_partitions
         self.lake = lake or Lake.for_connection(connection)
         self._fixed = [TablePath.of(t) for t in tables] if tables is not None else None
         self.on_report = on_report
@@ -224,7 +234,7 @@ class TieringService:
         try:
             live = self.connection.get_table(path)
             interval = freshness_ms(live) / 2000
-            report = tier_table(live, self.lake)
+            report = tier_table(live, self.lake, expire_partitions=self.expire_partitions)
         except Exception as exc:  # noqa: BLE001 - one table failing must not stop the others
             failures = self._failures[path] = self._failures.get(path, 0) + 1
             self.last_errors[path] = exc
@@ -251,10 +261,11 @@ class TieringService:
     def wait_until_caught_up(self, *, timeout_s: float = 60.0, poll_s: float = 0.05) -> bool:
         """Wait until every table's lake holds its live log as of this call; False on timeout."""
         paths = self._fixed if self._fixed is not None else lake_tables(self.connection)
-        targets = {p: self.connection.get_table(p).end_offsets() for p in paths}
+        targets = {p: live_offsets(self.connection.get_table(p)) for p in paths}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if all(all(self.lake.snapshot(p).offset(b) >= o for b, o in end.items()) for p, end in targets.items()):
+            if all(all(self.lake.snapshot(p).start(k, now.ids.get(k[0])) >= o  # type: ignore[arg-type]
+                       for k, o in now.end.items()) for p, now in targets.items()):
                 return True
             time.sleep(poll_s)
         return False

@@ -11,7 +11,7 @@ import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 from fluss_lake.options import parse_duration_ms
-from fluss_lake.training.history import SYSTEM_COLUMNS, check_history, history_of
+from fluss_lake.training.history import ALL_SYSTEM_COLUMNS, check_history, history_of
 
 if TYPE_CHECKING:
     from fluss_lake.table import Table
@@ -102,9 +102,9 @@ class FeatureView:
         check_history(schema, what=label, needed=(*self.keys, *(self.features or ()),
                                                   *((self.event_time,) if self.event_time else ())))
         if self.features is None:
-            skip = {*self.keys, *SYSTEM_COLUMNS}
+            skip = {*self.keys, *ALL_SYSTEM_COLUMNS}
             object.__setattr__(self, "features", tuple(c for c in schema if c not in skip))
-        bad = [c for c in self.features or () if c in SYSTEM_COLUMNS]
+        bad = [c for c in self.features or () if c in ALL_SYSTEM_COLUMNS]
         if bad:
             raise SchemaMismatchError(f"{label}: {bad} are system columns, not features")
 

@@ -14,11 +14,16 @@ companion history table in exactly this shape):
 A key always lives in one bucket, and a bucket's commit timestamps never decrease with its offsets (a writer
 stamps a batch no earlier than the batch before it), so ordering by ``(__timestamp, __bucket, __offset)``
 replays every key's changes in log order. That order is *the* order of this package.
+
+A partitioned table's history frame also has ``__partition`` (String, Fluss's partition name: values joined by
+``$``), because its buckets and offsets are per partition. The partition columns are part of the primary key,
+so a key still lives in one (partition, bucket) and the order above still replays each key in log order;
+offsets are keyed by ``(partition name, bucket)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -38,12 +43,14 @@ __all__ = [
     "CHANGE_TYPE",
     "HISTORY_TIME_DTYPE",
     "OFFSET",
+    "PARTITION",
     "SYSTEM_COLUMNS",
     "TIMESTAMP",
     "VALUE_CHANGES",
     "ChangeType",
     "check_history",
     "history_of",
+    "with_partition_name",
 ]
 
 CHANGE_TYPE: Final = "__change_type"
@@ -59,7 +66,9 @@ ChangeType = Literal["+I", "-U", "+U", "-D"]
 VALUE_CHANGES: Final = ("+I", "+U", "-D")
 
 _FROM_CHANGELOG = {"insert": "+I", "update_before": "-U", "update_after": "+U", "delete": "-D"}
-_PARTITION = "__partition"  # reserved for partitioned tables: bucket offsets are keyed by (partition, bucket)
+PARTITION: Final = "__partition"  # partitioned tables only: offsets are keyed by (partition name, bucket)
+#: Every system column a history frame may carry (never a feature or a state column).
+ALL_SYSTEM_COLUMNS: Final = (*SYSTEM_COLUMNS, PARTITION)
 
 
 def check_history(schema: Mapping[str, pl.DataType], *, what: str, needed: tuple[str, ...] = ()) -> None:
@@ -104,12 +113,34 @@ def as_utc(value: datetime | date | str, *, what: str) -> datetime:
     raise SchemaMismatchError(f"{what}={value!r}: pass a datetime (naive counts as UTC), a date or an ISO string")
 
 
-def _live_changelog(table: Table, start_offsets: Mapping[int, int] | None) -> pl.DataFrame:
-    """The live changelog from `start_offsets` in the history shape."""
+def with_partition_name(frame: pl.LazyFrame, partition_keys: Sequence[str], dtypes: Mapping[str, pl.DataType], *,
+                        column: str = PARTITION) -> pl.LazyFrame:
+    """`frame` with a String column `column` holding each row's Fluss partition name (work per partition).
+
+    Examples
+    --------
+    >>> frame = pl.LazyFrame({"day": ["20260101", "20260102"], "eu": [True, False], "v": [1, 2]})
+    >>> with_partition_name(frame, ["day", "eu"], frame.collect_schema()).collect()["__partition"].to_list()
+    ['20260101$true', '20260102$false']
+    """
+    from fluss_lake.metadata.partition import partition_name, value_string
+
+    keys = list(partition_keys)
+    distinct = frame.select(keys).unique().collect()
+    names = [partition_name([value_string(v, dtypes[k]) for k, v in zip(keys, row, strict=True)])
+             for row in distinct.iter_rows()]
+    mapping = distinct.with_columns(pl.Series(column, names, dtype=pl.String))
+    return frame.join(mapping.lazy(), on=keys, how="left", nulls_equal=True, maintain_order="left")
+
+
+def _live_changelog(table: Table, start_offsets: Mapping | None) -> pl.DataFrame:
+    """The live changelog from `start_offsets` in the history shape (``__partition`` on a partitioned table)."""
     log = table.changelog(with_bucket=True, start_offsets=start_offsets)
+    partition = [pl.col("_partition").cast(pl.String).alias(PARTITION)] if table.is_partitioned else []
     return log.select(
         *table.schema.names,
         pl.col("_change_type").cast(pl.String).replace_strict(_FROM_CHANGELOG, return_dtype=pl.String).alias(CHANGE_TYPE),
+        *partition,
         pl.col("_bucket").cast(pl.Int32).alias(BUCKET),
         pl.col("_log_offset").cast(pl.Int64).alias(OFFSET),
         pl.col("_commit_timestamp").cast(HISTORY_TIME_DTYPE).alias(TIMESTAMP),
@@ -123,6 +154,11 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
     bucket's first offset without a lake). If the live log no longer reaches back that far (``table.log.ttl``
     expired it before it was tiered), the history would silently miss changes, so this raises
     :class:`~fluss_lake.IncompleteHistoryError`.
+
+    A partitioned table's frame has ``__partition`` too, and its buckets are ``(partition name, bucket)``; a
+    lake frame without ``__partition`` gets it from its partition columns. Lake records of a partition that was
+    dropped live stay in the history (Fluss writes no deletes when a partition is dropped); a partition created
+    again under the same name continues after the lake records committed since its creation.
 
     Examples
     --------
@@ -138,6 +174,10 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
     if not table.is_primary_key_table:
         raise UnsupportedOperationError(f"{table.path} is a log table; history (and training sets, state as of a "
                                         "time) need a primary-key table")
+    if table.partition_info is not None:
+        raise UnsupportedOperationError(f"history_of takes the whole table {table.path}, not the handle of partition "
+                                        f"{table.partition_name!r}; filter the frame on __partition instead")
+    partitioned = table.is_partitioned
     earliest = table.earliest_offsets()
     if lake is None:
         gaps = {b: e for b, e in earliest.items() if e > 0}
@@ -150,11 +190,28 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
     lake = lake.lazy()
     schema = lake.collect_schema()
     check_history(schema, what=f"lake history of {table.path}")
-    if _PARTITION in schema:
-        raise UnsupportedOperationError(f"{table.path}: partitioned lake history is not supported yet")
-    ends = lake.group_by(BUCKET).agg(pl.col(OFFSET).max() + 1).collect()
-    lake_end = dict(zip(ends[BUCKET].to_list(), ends[OFFSET].to_list(), strict=True))
-    start = {b: int(lake_end.get(b, 0)) for b in range(table.bucket_num)}
+    if partitioned and PARTITION not in schema:
+        missing = [k for k in table.partition_keys if k not in schema]
+        if missing:
+            raise SchemaMismatchError(f"lake history of {table.path} lacks partition column(s) {missing} and "
+                                      f"{PARTITION}; pass the lake's history table (tiering.read_history)")
+        lake = with_partition_name(lake, table.partition_keys, schema)
+        schema = lake.collect_schema()
+    elif not partitioned and PARTITION in schema:
+        raise SchemaMismatchError(f"{table.path} is not partitioned but the lake history has {PARTITION}; "
+                                  "is it the history of another table?")
+    if partitioned:  # lake records of an older incarnation of a partition name do not count for its offsets
+        created = pl.LazyFrame({PARTITION: [p.name for p in table.list_partitions()],
+                                "__created": [p.created_ms for p in table.list_partitions()]},
+                               schema={PARTITION: pl.String, "__created": pl.Int64})
+        current = lake.join(created, on=PARTITION, how="inner").filter(
+            pl.col(TIMESTAMP).cast(HISTORY_TIME_DTYPE).dt.epoch("ms") >= pl.col("__created"))
+        ends = current.group_by(PARTITION, BUCKET).agg(pl.col(OFFSET).max() + 1).collect()
+        lake_end = {(p, b): o for p, b, o in ends.select(PARTITION, BUCKET, OFFSET).iter_rows()}
+    else:
+        ends = lake.group_by(BUCKET).agg(pl.col(OFFSET).max() + 1).collect()
+        lake_end = dict(zip(ends[BUCKET].to_list(), ends[OFFSET].to_list(), strict=True))
+    start = {b: int(lake_end.get(b, 0)) for b in earliest}
     gaps = {b: (start[b], earliest[b]) for b in start if earliest[b] > start[b]}
     if gaps:
         raise IncompleteHistoryError(
@@ -162,7 +219,7 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
             "((lake next offset, live earliest offset)); the log expired before it was tiered. Tier more often "
             "than table.log.ttl, or raise the TTL")
     live = _live_changelog(table, start).lazy()
-    columns = [*table.schema.names, *SYSTEM_COLUMNS]
+    columns = [*table.schema.names, CHANGE_TYPE, *([PARTITION] if partitioned else []), BUCKET, OFFSET, TIMESTAMP]
     lake_part = lake.select([c for c in columns if c in schema]).with_columns(
         pl.col(TIMESTAMP).cast(HISTORY_TIME_DTYPE), pl.col(BUCKET).cast(pl.Int32), pl.col(OFFSET).cast(pl.Int64),
         pl.col(CHANGE_TYPE).cast(pl.String))

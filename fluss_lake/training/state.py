@@ -10,11 +10,12 @@ import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.training.history import (
+    ALL_SYSTEM_COLUMNS,
     BUCKET,
     CHANGE_TYPE,
     OFFSET,
     ORDER,
-    SYSTEM_COLUMNS,
+    PARTITION,
     TIMESTAMP,
     VALUE_CHANGES,
     as_utc,
@@ -46,7 +47,8 @@ def state_as_of(history: pl.LazyFrame | pl.DataFrame | Table, *, primary_key: Se
         The state after every change committed at or before this time (naive = UTC).
     offsets
         The state after every change below these per-bucket end offsets (exclusive, like Fluss's end offsets
-        and a lake snapshot's bucket offsets); a bucket left out is read to its end.
+        and a lake snapshot's bucket offsets); a bucket left out is read to its end. A partitioned history
+        (with ``__partition``) takes ``(partition name, bucket)`` keys, like ``Table.end_offsets()``.
         Neither: the latest state. Both: changes must satisfy both.
     lake
         Only with a ``Table``: its tiered lake history.
@@ -84,13 +86,22 @@ def state_as_of(history: pl.LazyFrame | pl.DataFrame | Table, *, primary_key: Se
         commit = time_expr(TIMESTAMP, schema[TIMESTAMP], unit=time_unit(schema[TIMESTAMP]), what=TIMESTAMP)
         changes = changes.filter(commit <= cut)
     if offsets is not None:
-        bad = {b: o for b, o in offsets.items() if not isinstance(b, int) or not isinstance(o, int) or o < 0}
+        partitioned = PARTITION in schema
+        if partitioned:  # (partition name, bucket) keys, as a partitioned table's end_offsets()
+            bad = {b: o for b, o in offsets.items() if not (isinstance(b, tuple) and len(b) == 2
+                   and isinstance(b[0], str) and isinstance(b[1], int)) or not isinstance(o, int) or o < 0}
+        else:
+            bad = {b: o for b, o in offsets.items() if not isinstance(b, int) or not isinstance(o, int) or o < 0}
         if bad:
-            raise InvalidConfigError(f"offsets must map bucket numbers to non-negative end offsets, got {bad}")
-        ends = pl.LazyFrame({BUCKET: list(offsets), "__end": list(offsets.values())},
-                            schema={BUCKET: schema[BUCKET], "__end": pl.Int64})
-        changes = (changes.join(ends, on=BUCKET, how="left")
+            what = "(partition name, bucket) pairs" if partitioned else "bucket numbers"
+            raise InvalidConfigError(f"offsets must map {what} to non-negative end offsets, got {bad}")
+        on = [PARTITION, BUCKET] if partitioned else [BUCKET]
+        keys = list(offsets)
+        data = {PARTITION: [k[0] for k in keys], BUCKET: [k[1] for k in keys]} if partitioned else {BUCKET: keys}
+        ends = pl.LazyFrame({**data, "__end": list(offsets.values())},
+                            schema={**{c: schema[c] for c in on}, "__end": pl.Int64})
+        changes = (changes.join(ends, on=on, how="left")
                    .filter(pl.col("__end").is_null() | (pl.col(OFFSET) < pl.col("__end"))).drop("__end"))
-    columns = [c for c in schema if c not in SYSTEM_COLUMNS]
+    columns = [c for c in schema if c not in ALL_SYSTEM_COLUMNS]
     latest = changes.sort(*ORDER).unique(subset=primary_key, keep="last", maintain_order=True)
     return latest.filter(pl.col(CHANGE_TYPE) != "-D").select(columns).sort(primary_key)

@@ -28,6 +28,7 @@ from fluss_lake.training.history import (
     BUCKET,
     CHANGE_TYPE,
     OFFSET,
+    PARTITION,
     TIMESTAMP,
     VALUE_CHANGES,
     time_expr,
@@ -153,10 +154,11 @@ def _join_view(frame: pl.LazyFrame, schema: pl.Schema, view: FeatureView, i: int
     history = view.history.lazy().filter(pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES))
     values = [pl.col(f).alias(n) for f, n in zip(view.features or (), names, strict=True)]
     if view.event_time is None:
+        scope = [PARTITION, BUCKET] if PARTITION in view.schema else [BUCKET]  # where offsets are dense
         right = history.select(*right_keys, (pl.col(CHANGE_TYPE) == "-D").alias(ct), commit.alias(tn), *values,
-                               BUCKET, OFFSET)
+                               *scope, OFFSET)
         schema_out = right.collect_schema()
-        schema_out = pl.Schema({c: d for c, d in schema_out.items() if c not in (BUCKET, OFFSET)})
+        schema_out = pl.Schema({c: d for c, d in schema_out.items() if c not in (PARTITION, BUCKET, OFFSET)})
         right = right.map_batches(lambda df: _in_log_order(df, tn), schema=schema_out)
         joined = frame.join_asof(right.with_columns(pl.col(tn).alias(f"{tn}on")), left_on=_TS, right_on=f"{tn}on",
                                  by_left=by_left, by_right=by_right, check_sortedness=False)
@@ -191,17 +193,19 @@ def _in_log_order(history: pl.DataFrame, tn: str) -> pl.DataFrame:
     """
     if not (_log_ordered(history.head(4096), tn) and _log_ordered(history, tn)):  # the head fails fast
         history = history.sort(tn, OFFSET)  # a key's records share one bucket: (time, offset) is its full order
-    return history.drop(BUCKET, OFFSET)
+    return history.drop(*(c for c in (PARTITION, BUCKET) if c in history.columns), OFFSET)
 
 
 def _log_ordered(history: pl.DataFrame, tn: str) -> bool:
-    """Whether, within every bucket, offsets ascend and commit times never decrease in frame order."""
+    """Whether, within every bucket (of every partition), offsets ascend and commit times never decrease in frame
+    order."""
     if not history.height:
         return True
     zero = pl.lit(0, dtype=pl.Int64)
+    scope = [c for c in (PARTITION, BUCKET) if c in history.columns]
     return bool(history.select(
         ((pl.col(OFFSET).diff().fill_null(1) > zero) & (pl.col(tn).diff().cast(pl.Int64).fill_null(0) >= zero))
-        .over(BUCKET).all()).item())
+        .over(scope).all()).item())
 
 
 def _join_committed(frame: pl.LazyFrame, ranked: pl.LazyFrame, view: FeatureView, i: int, by_left: list[str],

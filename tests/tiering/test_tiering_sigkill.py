@@ -5,7 +5,8 @@ To make 30+ kills cheap, a "zygote" process imports fluss_lake, tiering and pyic
 pyiceberg up without touching Polars, whose thread pool must not exist before fork) and forks a fresh
 tiering process on demand (each runs ``tier_once`` rounds in a loop); the test SIGKILLs the forked process a
 random 0-1.5 s after asking for it, which lands before, inside and after rounds (catalog loads, data file
-writes, the catalog commit). Writers keep appending and upserting in this process all along.
+writes, the catalog commit). Writers keep appending and upserting in this process all along, including into a
+partitioned primary-key table whose writes open a new partition every few hundred rows.
 """
 
 from __future__ import annotations
@@ -80,17 +81,22 @@ def test_sigkilled_tiering_with_writers_ends_with_lake_equal_to_live(local, tmp_
     conn.create_table("d.ev", schema={"id": "BIGINT", "w": "INT"}, bucket_num=2, bucket_keys=["id"], options=LAKE_ON)
     conn.create_table("d.kv", schema={"k": "INT", "n": "BIGINT", "s": "STRING"}, primary_key=["k"], bucket_num=2,
                       options=LAKE_ON)
+    conn.create_table("d.pk", schema={"day": "STRING", "k": "INT", "n": "BIGINT"}, primary_key=["day", "k"],
+                      partition_keys=["day"], bucket_num=2, options=LAKE_ON)
     stop = threading.Event()
     written = [0]
 
     def writer() -> None:
-        ev, kv = conn.get_table("d.ev"), conn.get_table("d.kv")
+        ev, kv, pk = conn.get_table("d.ev"), conn.get_table("d.kv"), conn.get_table("d.pk")
         i = 0
         while not stop.is_set():
             ev.append([{"id": i, "w": 0}, {"id": i + 1, "w": 1}])
             kv.upsert([{"k": i % 23, "n": i, "s": f"s{i}"}])
+            day = f"d{i // 300:03d}"  # a new partition every 150 rounds, created by the write
+            pk.upsert([{"day": day, "k": i % 11, "n": i}, {"day": "d000", "k": i % 5, "n": i}])
             if i % 10 == 4:
                 kv.delete([{"k": (i * 7) % 23}])
+                pk.delete([{"day": day, "k": (i * 3) % 11}])
             i += 2
             written[0] = i
             stop.wait(0.004)
@@ -165,4 +171,16 @@ def test_sigkilled_tiering_with_writers_ends_with_lake_equal_to_live(local, tmp_
     assert sorted_rows(history, cols) == sorted_rows(live_changelog, cols), "history has gaps or extra rows"
     for path in ("d.ev", "d.kv"):
         assert lake.snapshot(path).bucket_offsets() == conn.get_table(path).end_offsets()
+    # the partitioned table: state, history and offsets per (partition, bucket), every partition picked up
+    pk = conn.get_table("d.pk")
+    assert len(pk.list_partitions()) >= 2
+    assert sorted_rows(lake_rows(lake, "d.pk"), ["day", "k", "n"]) == sorted_rows(pk.to_polars(), ["day", "k", "n"])
+    pk_history = lake_rows(lake, "d.pk", "history")
+    assert pk_history.select("day", "__bucket", "__offset").is_duplicated().sum() == 0
+    pk_log = pk.scan_log().rename({"_bucket": "__bucket", "_offset": "__offset"}).with_columns(
+        pl.col("_change_type").cast(pl.String).alias("__change_type"))
+    cols = ["day", "__bucket", "__offset", "__change_type", "k", "n"]
+    assert sorted_rows(pk_history, cols) == sorted_rows(pk_log, cols)
+    for kind in ("log", "history"):
+        assert dict(lake.snapshot("d.pk", kind).offsets) == pk.end_offsets()
     print(f"{kills} kills, {len(rounds)} completed rounds of {len(started)} started, {written[0]} rows written")
