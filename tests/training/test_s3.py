@@ -1,6 +1,6 @@
-"""On moto S3: a primary-key table stored on S3, and a history frame scanned from Parquet objects on the same
-S3 server as the lake part (a stand-in for the Iceberg history table until the tiering binding lands: the
-engine only sees a LazyFrame of the history shape), joined with the live tail."""
+"""On moto S3: a primary-key table stored on S3, and any history frame (here Parquet objects on the same S3
+server; the engine only sees a LazyFrame of the history shape) joined with the live tail. The Iceberg history
+tables written by tiering are tested in test_lake_history.py."""
 
 from __future__ import annotations
 
