@@ -132,26 +132,28 @@ def _asset(name: str, **kwargs: Any) -> Any:
                     metadata={"table": spec.path}, **kwargs)
 
 
+def _upsert_generated(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore,
+                      demo: DemoScenario, name: str, generate) -> dg.MaterializeResult:  # noqa: ANN001
+    """Upsert the generated rows of the run's batch into one demo table and report what the write did."""
+    scenario, batch = demo.scenario(), _batch(context, config)
+    table = open_table(live.connection(), DEMO_TABLES[name])
+    result = table.upsert(generate(scenario, batch))
+    return dg.MaterializeResult(metadata=live_metadata(table, scenario, batch, {"rows_written": result.rows,
+                                                                             "changelog_records": result.records}))
+
+
 @_asset("customers")
 def customers(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore,
               demo: DemoScenario) -> dg.MaterializeResult:
     """Upsert the batch's sign-ups and profile changes."""
-    scenario, batch = demo.scenario(), _batch(context, config)
-    table = open_table(live.connection(), DEMO_TABLES["customers"])
-    result = table.upsert(gen.customers(scenario, batch))
-    return dg.MaterializeResult(metadata=live_metadata(table, scenario, batch, {"rows_written": result.rows,
-                                                                             "changelog_records": result.records}))
+    return _upsert_generated(context, config, live, demo, "customers", gen.customers)
 
 
 @_asset("orders", deps=["customers"])
 def orders(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore,
            demo: DemoScenario) -> dg.MaterializeResult:
     """Upsert the batch's orders: placed, then shipped (two changes of one key in one write)."""
-    scenario, batch = demo.scenario(), _batch(context, config)
-    table = open_table(live.connection(), DEMO_TABLES["orders"])
-    result = table.upsert(gen.orders(scenario, batch))
-    return dg.MaterializeResult(metadata=live_metadata(table, scenario, batch, {"rows_written": result.rows,
-                                                                             "changelog_records": result.records}))
+    return _upsert_generated(context, config, live, demo, "orders", gen.orders)
 
 
 @_asset("payments", deps=["orders"])
