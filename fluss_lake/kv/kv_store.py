@@ -399,7 +399,8 @@ class KvStore:
             replacement = [segment]
         else:
             replacement = []
-        self.retired.extend(self.segments[i:j])
+        # only files need the owner's clean-up; a merged memtable segment is freed right away
+        self.retired.extend(s for s in self.segments[i:j] if s.on_disk)
         self.segments[i:j] = replacement
 
     def compact_all(self) -> None:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import fluss_lake as fl
 from fluss_lake.kv import key_index, kv_tablet
+from fluss_lake.lookup import lookuper
 
 
 def _table(tmp_path, name="t", **kwargs) -> fl.Table:
@@ -82,7 +83,6 @@ def weak_hash(monkeypatch):
 
     monkeypatch.setattr(key_index, "index_hashes", weak)
     monkeypatch.setattr(kv_tablet, "index_hashes", weak)
-    import fluss_lake.lookup.lookuper as lookuper
     monkeypatch.setattr(lookuper, "index_hashes", weak)
     return weak
 
