@@ -117,7 +117,13 @@ class SegmentIndex:
     def bounds(self, query: int) -> tuple[int, int]:
         """The rows ``[lo, hi)`` that may hold one hash (its directory slot), with scalar operations."""
         slot = query >> self.shift
-        return int(self.starts[slot]), int(self.starts[slot + 1])
+        starts = self.starts_view
+        return starts[slot], starts[slot + 1]
+
+    @property
+    def starts_view(self) -> memoryview:
+        """The directory as a memoryview: items read as Python ints."""
+        return memoryview(self.starts)
 
 
 @dataclass
@@ -188,20 +194,50 @@ class Segment:
         pos = self.hashes.searchsorted(queries)
         return pos, self.hashes[np.minimum(pos, self.rows - 1)] == queries
 
-    def locate_one(self, query: int) -> int:
-        """``searchsorted(hashes, query)`` of one hash with scalar operations (point lookups)."""
+    def hash_view(self) -> memoryview:
+        """The hash column as a memoryview (cached): items read as Python ints without numpy scalars."""
         view = self.__dict__.get("_view")
         if view is None:
-            view = memoryview(self.hashes) if self.hashes.flags.c_contiguous else memoryview(np.ascontiguousarray(self.hashes))
+            view = memoryview(np.ascontiguousarray(self.hashes))
             object.__setattr__(self, "_view", view)
+        return view
+
+    def locate_one(self, query: int) -> int:
+        """``searchsorted(hashes, query)`` of one hash with scalar operations (point lookups)."""
         index = self.index()
         lo, hi = index.bounds(query) if index is not None else (0, self.rows)
-        return bisect.bisect_left(view, query, lo, hi)
+        return bisect.bisect_left(self.hash_view(), query, lo, hi)
+
+    def point_readers(self) -> dict[str, Callable[[int], object]]:
+        """Per column, a function reading one row's value as a Python object (cached), for point lookups:
+        numbers and strings are read straight from the buffers, other types through Arrow scalars."""
+        readers = self.__dict__.get("_readers")
+        if readers is None:
+            readers = {name: _point_reader(array) for name, array in self.columns().items()}
+            object.__setattr__(self, "_readers", readers)
+        return readers
 
     @property
     def tier(self) -> int:
         """Size class: segments of one tier are merged together."""
         return int(math.log(max(self.rows, 1) / _MIN_TIER_ROWS, _FANOUT)) if self.rows > _MIN_TIER_ROWS else 0
+
+
+def _point_reader(array: pa.Array) -> Callable[[int], object]:
+    """A reader of ``array[pos].as_py()`` that skips Arrow scalar boxing for common types without nulls."""
+    kind = array.type
+    if array.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)) and len(array):
+        return memoryview(array.to_numpy(zero_copy_only=True)).__getitem__
+    if array.null_count == 0 and (pa.types.is_large_string(kind) or pa.types.is_string(kind)) and len(array):
+        offsets = memoryview(np.frombuffer(array.buffers()[1], dtype=np.int64 if pa.types.is_large_string(kind)
+                                           else np.int32)[array.offset:array.offset + len(array) + 1])
+        data = memoryview(array.buffers()[2])
+
+        def string(pos: int) -> str:
+            return str(data[offsets[pos]:offsets[pos + 1]], "utf-8")
+
+        return string
+    return lambda pos: array[pos].as_py()
 
 
 def _single_chunk(column: pa.ChunkedArray) -> pa.Array:
@@ -256,13 +292,13 @@ class KvStore:
             if segment.rows == 0:
                 continue
             pos = segment.locate_one(hash_value)
-            hashes = segment.hashes
-            while pos < segment.rows and int(hashes[pos]) == hash_value:
-                columns = segment.columns()
-                if all(columns[k][pos].as_py() == v for k, v in key.items()):
+            hashes = segment.hash_view()
+            while pos < segment.rows and hashes[pos] == hash_value:
+                read = segment.point_readers()
+                if all(read[k](pos) == v for k, v in key.items()):
                     if segment.tomb[pos]:
                         return None
-                    return {n: columns[n][pos].as_py() if n in columns else None for n in self.schema}
+                    return {n: read[n](pos) if n in read else None for n in self.schema}
                 pos += 1  # a different key with the same hash: look at the next entry
         return None
 
