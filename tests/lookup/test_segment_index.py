@@ -131,7 +131,7 @@ def test_indexed_lookups_resolve_hash_collisions(always_indexed, monkeypatch, tm
     def weak(frame, primary_key, prefix_key=()):
         return real(frame, primary_key, prefix_key) % np.uint64(8)
 
-    import fluss_lake.lookup.lookuper as lookuper
+    from fluss_lake.lookup import lookuper
     for module in (key_index, kv_tablet, lookuper):
         monkeypatch.setattr(module, "index_hashes", weak)
     table = _table(tmp_path)
@@ -144,7 +144,7 @@ def test_indexed_lookups_resolve_hash_collisions(always_indexed, monkeypatch, tm
         table.delete(pl.DataFrame({"id": [step * 13]}))
         expected.pop(step * 13, None)
         table.snapshot()
-    looked = table.new_lookup().lookup(pl.DataFrame({"id": list(range(0, 400))}), with_found=True)
+    looked = table.new_lookup().lookup(pl.DataFrame({"id": list(range(400))}), with_found=True)
     assert looked.get_column("_found").to_list() == [k in expected for k in range(400)]
     assert looked.get_column("n").to_list() == [expected[k][1] if k in expected else None for k in range(400)]
 
