@@ -204,9 +204,11 @@ class Segment:
 
     def locate_one(self, query: int) -> int:
         """``searchsorted(hashes, query)`` of one hash with scalar operations (point lookups)."""
-        index = self.index()
-        lo, hi = index.bounds(query) if index is not None else (0, self.rows)
-        return bisect.bisect_left(self.hash_view(), query, lo, hi)
+        find = self.__dict__.get("_find_one")
+        if find is None:
+            find = _point_finder(self.index(), self.hash_view(), self.rows)
+            object.__setattr__(self, "_find_one", find)
+        return find(query)
 
     def point_readers(self) -> dict[str, Callable[[int], object]]:
         """Per column, a function reading one row's value as a Python object (cached), for point lookups:
@@ -221,6 +223,20 @@ class Segment:
     def tier(self) -> int:
         """Size class: segments of one tier are merged together."""
         return int(math.log(max(self.rows, 1) / _MIN_TIER_ROWS, _FANOUT)) if self.rows > _MIN_TIER_ROWS else 0
+
+
+def _point_finder(index: SegmentIndex | None, hashes: memoryview, rows: int) -> Callable[[int], int]:
+    """``searchsorted`` of one hash: bisect inside its directory slot (the whole column without an index)."""
+    bisect_left = bisect.bisect_left
+    if index is None:
+        return lambda query: bisect_left(hashes, query, 0, rows)
+    starts, shift = index.starts_view, index.shift
+
+    def find(query: int) -> int:
+        slot = query >> shift
+        return bisect_left(hashes, query, starts[slot], starts[slot + 1])
+
+    return find
 
 
 def _point_reader(array: pa.Array) -> Callable[[int], object]:
@@ -292,6 +308,8 @@ class KvStore:
             if segment.rows == 0:
                 continue
             pos = segment.locate_one(hash_value)
+            if pos == segment.rows:
+                continue
             hashes = segment.hash_view()
             while pos < segment.rows and hashes[pos] == hash_value:
                 read = segment.point_readers()
