@@ -48,11 +48,11 @@ _INDEX_MIN_ROWS = 16_384
 class SegmentIndex:
     """An in-RAM probe index of one immutable segment: a radix directory plus 32-bit fingerprints.
 
-    ``starts[b]`` is the first row whose hash has ``b`` as its top ``64 - shift`` bits (about two to four rows
-    per directory slot), and ``fingerprints[r]`` is the top 32 bits of row ``r``'s hash (sorted like the
-    hashes, padded with ``0xFFFFFFFF``). A probe reads its slot, then runs ``steps`` branch-free halving steps
+    ``starts[b]`` is the first row whose hash has ``b`` as its top ``64 - shift`` bits (one to two rows per
+    directory slot on average), and ``fingerprints[r]`` is the top 32 bits of row ``r``'s hash (sorted like
+    the hashes, padded with ``0xFFFFFFFF``). A probe reads its slot, then runs ``steps`` branch-free halving steps
     over the fingerprints of that slot (all in RAM), and touches the memory-mapped hash column only to confirm
-    a fingerprint match. It costs about 5-6 bytes per row (the rows themselves stay on disk), is built on the
+    a fingerprint match. It costs 6-8 bytes per row (the rows themselves stay on disk), is built on the
     first probe of a segment and dies with it.
 
     Examples
@@ -75,7 +75,7 @@ class SegmentIndex:
     def build(cls, hashes: np.ndarray) -> SegmentIndex:
         """Index a hash-sorted ``uint64`` column."""
         rows = int(hashes.size)
-        bits = min(max(rows.bit_length() - 2, 1), 32)
+        bits = min(max(rows.bit_length() - 1, 1), 32)
         shift = 64 - bits
         edges = np.arange(1 << bits, dtype=np.uint64) << np.uint64(shift)
         starts = np.empty((1 << bits) + 1, dtype=np.uint32 if rows < 2**32 else np.int64)

@@ -67,8 +67,8 @@ def test_index_of_an_empty_column_and_its_size() -> None:
     assert empty.rows == 0 and empty.bounds(2**63) == (0, 0)
     column = np.sort(np.random.default_rng(3).integers(0, 2**64 - 1, 200_000, dtype=np.uint64, endpoint=True))
     index = SegmentIndex.build(column)
-    assert index.nbytes <= 6 * len(column) + 4096, "directory (<= 2 B/row) + fingerprints (4 B/row)"
-    assert index.steps <= 6, "a directory slot holds a handful of rows, so a probe is a few halving steps"
+    assert index.nbytes <= 8 * len(column) + 4096, "directory (<= 4 B/row) + fingerprints (4 B/row)"
+    assert index.steps <= 5, "a directory slot holds a handful of rows, so a probe is a few halving steps"
 
 
 @pytest.fixture
