@@ -247,7 +247,7 @@ def _point_reader(array: pa.Array) -> Callable[[int], object]:
     if array.null_count == 0 and (pa.types.is_large_string(kind) or pa.types.is_string(kind)) and len(array):
         offsets = memoryview(np.frombuffer(array.buffers()[1], dtype=np.int64 if pa.types.is_large_string(kind)
                                            else np.int32)[array.offset:array.offset + len(array) + 1])
-        data = memoryview(array.buffers()[2])
+        data = memoryview(array.buffers()[2] or b"")  # no data buffer when every string is empty
 
         def string(pos: int) -> str:
             return str(data[offsets[pos]:offsets[pos + 1]], "utf-8")

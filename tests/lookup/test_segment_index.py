@@ -201,3 +201,25 @@ def test_segments_opened_from_a_snapshot_in_a_new_process(tmp_path) -> None:
     assert [tuple(r) for r in child["rows"]] == want
     assert child["ones"] == [{"id": k, "v": expected[k][0], "n": expected[k][1], "x": expected[k][2]}
                              if k in expected else None for k in probe[:50]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["int64", "int32", "int8", "float64", "string", "large_string", "bool_", "date32"]),
+       st.lists(st.integers(-10**6, 10**6), min_size=1, max_size=30), st.booleans(), st.integers(0, 5))
+def test_point_readers_read_what_arrow_scalars_read(kind, values, with_null, cut) -> None:
+    """lookup_one reads values from the column buffers; they equal ``array[i].as_py()`` for every type."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from fluss_lake.kv.kv_store import _point_reader
+
+    convert = {"int64": lambda v: v, "int32": lambda v: v, "int8": lambda v: v % 128, "float64": lambda v: v / 7,
+               "string": lambda v: "" if v % 3 == 0 else f"ü{v}", "large_string": lambda v: "" if v % 2 else str(v),
+               "bool_": lambda v: v % 2 == 0, "date32": lambda v: dt.date(2000, 1, 1) + dt.timedelta(days=v % 9000)}
+    items = [convert[kind](v) for v in values]
+    if with_null:
+        items[len(items) // 2] = None
+    array = pa.array(items, type=getattr(pa, kind)()).slice(min(cut, len(items) - 1))
+    read = _point_reader(array)
+    assert [read(i) for i in range(len(array))] == [array[i].as_py() for i in range(len(array))]
