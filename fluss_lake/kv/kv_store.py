@@ -356,8 +356,8 @@ class KvStore:
 
         Tombstone rows are returned too (their key columns are set), so callers can check keys.
         """
-        groups = [(int(i), np.flatnonzero(seg_of == i), None) for i in np.unique(seg_of[seg_of >= 0])]
-        groups = [(i, where, row_of[where]) for i, where, _ in groups]
+        wheres = [(int(i), np.flatnonzero(seg_of == i)) for i in np.unique(seg_of[seg_of >= 0])]
+        groups = [(i, where, row_of[where]) for i, where in wheres]
         hit = seg_of >= 0
         tomb, stacked, positions = self._take(groups, len(seg_of))
         return hit, tomb, self._align(stacked, positions, len(seg_of))
@@ -373,12 +373,8 @@ class KvStore:
         for index, where, rows in groups:
             segment = self.segments[index]
             tomb[where] = segment.tomb[rows]
-            table = segment.table
-            if table.column_names[:len(names)] != names:
-                table = table.select([c for c in names if c in table.column_names])
-            else:
-                table = table.select(names)
-            parts.append(table.take(rows))
+            present = set(segment.table.column_names)
+            parts.append(segment.table.select([c for c in names if c in present]).take(rows))
         stacked = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
         positions = np.concatenate([where for _, where, _ in groups]) if len(groups) > 1 else groups[0][1]
         return tomb, stacked, positions
