@@ -13,6 +13,7 @@ When the bucket key is a strict prefix of the primary key, the index hash puts t
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import uuid
@@ -25,7 +26,7 @@ import pyarrow as pa
 
 from fluss_lake.io.files import fsync_file
 
-__all__ = ["KvStore", "Segment", "HASH_COLUMN", "TOMB_COLUMN"]
+__all__ = ["HASH_COLUMN", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex"]
 
 HASH_COLUMN = "__hash"
 TOMB_COLUMN = "__tomb"  # UInt8 on disk (1 = tombstone) so it maps to numpy without a copy
@@ -37,6 +38,92 @@ _MAX_SEGMENTS = 24
 #: gather; the changelog in the log is their durable copy, so a crash loses nothing.
 MEMTABLE_ROWS = 262_144
 MEMTABLE_BATCHES = 32
+
+
+#: Segments with fewer rows (memtable segments and small files) are probed with a plain binary search.
+_INDEX_MIN_ROWS = 16_384
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentIndex:
+    """An in-RAM probe index of one immutable segment: a radix directory plus 32-bit fingerprints.
+
+    ``starts[b]`` is the first row whose hash has ``b`` as its top ``64 - shift`` bits (one to two rows per
+    directory slot on average), and ``fingerprints[r]`` is the top 32 bits of row ``r``'s hash (sorted like
+    the hashes, padded with ``0xFFFFFFFF``). A probe reads its slot, then runs ``steps`` branch-free halving steps
+    over the fingerprints of that slot (all in RAM), and touches the memory-mapped hash column only to confirm
+    a fingerprint match. It costs 6-8 bytes per row (the rows themselves stay on disk), is built on the
+    first probe of a segment and dies with it.
+
+    Examples
+    --------
+    >>> hashes = np.sort(np.random.default_rng(0).integers(0, 2**63, 100_000, dtype=np.uint64))
+    >>> index = SegmentIndex.build(hashes)
+    >>> queries = np.r_[hashes[::7], np.uint64(12345)]
+    >>> pos, hit = index.locate(hashes, queries)
+    >>> bool((pos == hashes.searchsorted(queries)).all()), int(hit.sum()) == len(hashes[::7])
+    (True, True)
+    """
+
+    starts: np.ndarray
+    fingerprints: np.ndarray
+    shift: int
+    steps: int
+    rows: int
+
+    @classmethod
+    def build(cls, hashes: np.ndarray) -> SegmentIndex:
+        """Index a hash-sorted ``uint64`` column."""
+        rows = int(hashes.size)
+        bits = min(max(rows.bit_length() - 1, 1), 32)
+        shift = 64 - bits
+        edges = np.arange(1 << bits, dtype=np.uint64) << np.uint64(shift)
+        starts = np.empty((1 << bits) + 1, dtype=np.uint32 if rows < 2**32 else np.int64)
+        starts[:-1] = hashes.searchsorted(edges)
+        starts[-1] = rows
+        steps = int(np.diff(starts).max()).bit_length() if rows else 0
+        fingerprints = np.full(rows + (1 << steps), 0xFFFFFFFF, dtype=np.uint32)
+        np.right_shift(hashes, np.uint64(32), out=fingerprints[:rows], casting="unsafe")
+        return cls(starts, fingerprints, shift, steps, rows)
+
+    @property
+    def nbytes(self) -> int:
+        """Process memory the index holds."""
+        return int(self.starts.nbytes + self.fingerprints.nbytes)
+
+    def locate(self, hashes: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each query: its ``searchsorted(hashes, q, "left")`` position and whether ``hashes`` holds it.
+
+        ``hashes`` is the indexed column (memory-mapped); it is read only where a fingerprint matches.
+        """
+        fps = self.fingerprints
+        pos = self.starts[queries >> np.uint64(self.shift)].astype(np.intp)
+        top = (queries >> np.uint64(32)).astype(np.uint32)
+        for s in range(self.steps - 1, -1, -1):  # branch-free lower bound of `top` inside the slot
+            step = 1 << s
+            np.add(pos, step, out=pos, where=fps[pos + (step - 1)] < top)
+        candidate = np.flatnonzero(fps[pos] == top)  # fingerprints sort like hashes: the rest are misses
+        hit = np.zeros(len(queries), dtype=bool)
+        if candidate.size:
+            full = hashes[np.minimum(pos[candidate], self.rows - 1)]  # pos may be past the end (sentinel)
+            hit[candidate] = full == queries[candidate]
+            behind = full < queries[candidate]  # several rows share the top 32 bits: finish exactly
+            if behind.any():
+                redo = candidate[behind]
+                pos[redo] = hashes.searchsorted(queries[redo])
+                hit[redo] = hashes[np.minimum(pos[redo], self.rows - 1)] == queries[redo]
+        return pos, hit
+
+    def bounds(self, query: int) -> tuple[int, int]:
+        """The rows ``[lo, hi)`` that may hold one hash (its directory slot), with scalar operations."""
+        slot = query >> self.shift
+        starts = self.starts_view
+        return starts[slot], starts[slot + 1]
+
+    @property
+    def starts_view(self) -> memoryview:
+        """The directory as a memoryview: items read as Python ints."""
+        return memoryview(self.starts)
 
 
 @dataclass
@@ -79,10 +166,94 @@ class Segment:
             object.__setattr__(self, "_columns", cached)
         return cached
 
+    def numpy_columns(self) -> dict[str, np.ndarray]:
+        """Zero-copy numpy views of the integer and float columns without nulls (cached), for gathers."""
+        cached = self.__dict__.get("_numpy")
+        if cached is None:
+            cached = {}
+            for name, array in self.columns().items():
+                if (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)) and array.null_count == 0:
+                    cached[name] = array.to_numpy(zero_copy_only=True)
+            object.__setattr__(self, "_numpy", cached)
+        return cached
+
+    def index(self) -> SegmentIndex | None:
+        """The segment's in-RAM probe index (built on first use), or None for small or in-memory segments."""
+        try:
+            return self._index  # type: ignore[attr-defined,no-any-return]
+        except AttributeError:
+            index = SegmentIndex.build(self.hashes) if self.on_disk and self.rows >= _INDEX_MIN_ROWS else None
+            object.__setattr__(self, "_index", index)
+            return index
+
+    def locate(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``searchsorted(hashes, queries)`` and whether each query hash is present (rows > 0)."""
+        index = self.index()
+        if index is not None:
+            return index.locate(self.hashes, queries)
+        pos = self.hashes.searchsorted(queries)
+        return pos, self.hashes[np.minimum(pos, self.rows - 1)] == queries
+
+    def hash_view(self) -> memoryview:
+        """The hash column as a memoryview (cached): items read as Python ints without numpy scalars."""
+        view = self.__dict__.get("_view")
+        if view is None:
+            view = memoryview(np.ascontiguousarray(self.hashes))
+            object.__setattr__(self, "_view", view)
+        return view
+
+    def locate_one(self, query: int) -> int:
+        """``searchsorted(hashes, query)`` of one hash with scalar operations (point lookups)."""
+        find = self.__dict__.get("_find_one")
+        if find is None:
+            find = _point_finder(self.index(), self.hash_view(), self.rows)
+            object.__setattr__(self, "_find_one", find)
+        return find(query)
+
+    def point_readers(self) -> dict[str, Callable[[int], object]]:
+        """Per column, a function reading one row's value as a Python object (cached), for point lookups:
+        numbers and strings are read straight from the buffers, other types through Arrow scalars."""
+        readers = self.__dict__.get("_readers")
+        if readers is None:
+            readers = {name: _point_reader(array) for name, array in self.columns().items()}
+            object.__setattr__(self, "_readers", readers)
+        return readers
+
     @property
     def tier(self) -> int:
         """Size class: segments of one tier are merged together."""
         return int(math.log(max(self.rows, 1) / _MIN_TIER_ROWS, _FANOUT)) if self.rows > _MIN_TIER_ROWS else 0
+
+
+def _point_finder(index: SegmentIndex | None, hashes: memoryview, rows: int) -> Callable[[int], int]:
+    """``searchsorted`` of one hash: bisect inside its directory slot (the whole column without an index)."""
+    bisect_left = bisect.bisect_left
+    if index is None:
+        return lambda query: bisect_left(hashes, query, 0, rows)
+    starts, shift = index.starts_view, index.shift
+
+    def find(query: int) -> int:
+        slot = query >> shift
+        return bisect_left(hashes, query, starts[slot], starts[slot + 1])
+
+    return find
+
+
+def _point_reader(array: pa.Array) -> Callable[[int], object]:
+    """A reader of ``array[pos].as_py()`` that skips Arrow scalar boxing for common types without nulls."""
+    kind = array.type
+    if array.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)) and len(array):
+        return memoryview(array.to_numpy(zero_copy_only=True)).__getitem__
+    if array.null_count == 0 and (pa.types.is_large_string(kind) or pa.types.is_string(kind)) and len(array):
+        offsets = memoryview(np.frombuffer(array.buffers()[1], dtype=np.int64 if pa.types.is_large_string(kind)
+                                           else np.int32)[array.offset:array.offset + len(array) + 1])
+        data = memoryview(array.buffers()[2] or b"")  # no data buffer when every string is empty
+
+        def string(pos: int) -> str:
+            return str(data[offsets[pos]:offsets[pos + 1]], "utf-8")
+
+        return string
+    return lambda pos: array[pos].as_py()
 
 
 def _single_chunk(column: pa.ChunkedArray) -> pa.Array:
@@ -133,40 +304,51 @@ class KvStore:
 
     def get_one(self, hash_value: int, key: dict) -> dict | None:
         """The current row of one key (point lookup without vectorization overhead), or None."""
-        h = np.uint64(hash_value)
-        names = self.schema.names()
         for segment in self.segments:
             if segment.rows == 0:
                 continue
-            pos = int(segment.hashes.searchsorted(h))
-            while pos < segment.rows and segment.hashes[pos] == h:
-                columns = segment.columns()
-                if all(columns[k][pos].as_py() == v for k, v in key.items()):
+            pos = segment.locate_one(hash_value)
+            if pos == segment.rows:
+                continue
+            hashes = segment.hash_view()
+            while pos < segment.rows and hashes[pos] == hash_value:
+                read = segment.point_readers()
+                if all(read[k](pos) == v for k, v in key.items()):
                     if segment.tomb[pos]:
                         return None
-                    return {n: columns[n][pos].as_py() if n in columns else None for n in names}
+                    return {n: read[n](pos) if n in read else None for n in self.schema}
                 pos += 1  # a different key with the same hash: look at the next entry
         return None
 
-    def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Newest segment and row holding each hash (-1 where none); tombstone hits are reported as found."""
-        n = len(hashes)
-        seg_of = np.full(n, -1, dtype=np.int64)
-        row_of = np.zeros(n, dtype=np.int64)
-        pending = np.argsort(hashes, kind="stable")
-        sorted_hashes = hashes[pending]
+    def _probe_groups(self, hashes: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """Where the newest version of each hash lives: ``(segment index, query positions, rows)`` per segment
+        that holds any. Queries are ordered once by their top 16 hash bits (a radix sort), so each segment is
+        read roughly in file order."""
+        pending = np.argsort((hashes >> np.uint64(48)).astype(np.uint16), kind="stable")
+        queries = hashes[pending]
+        groups = []
         for index, segment in enumerate(self.segments):
             if pending.size == 0:
                 break
             if segment.rows == 0:
                 continue
-            pos = np.searchsorted(segment.hashes, sorted_hashes)
-            np.minimum(pos, segment.rows - 1, out=pos)
-            hit = segment.hashes[pos] == sorted_hashes
-            seg_of[pending[hit]] = index
-            row_of[pending[hit]] = pos[hit]
-            miss = ~hit
-            pending, sorted_hashes = pending[miss], sorted_hashes[miss]
+            pos, hit = segment.locate(queries)
+            if hit.all():
+                groups.append((index, pending, pos))
+                break
+            if hit.any():
+                groups.append((index, pending[hit], pos[hit]))
+                miss = ~hit
+                pending, queries = pending[miss], queries[miss]
+        return groups
+
+    def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Newest segment and row holding each hash (-1 where none); tombstone hits are reported as found."""
+        seg_of = np.full(len(hashes), -1, dtype=np.int64)
+        row_of = np.zeros(len(hashes), dtype=np.int64)
+        for index, where, rows in self._probe_groups(hashes):
+            seg_of[where] = index
+            row_of[where] = rows
         return seg_of, row_of
 
     def gather(self, seg_of: np.ndarray, row_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, pl.DataFrame]:
@@ -174,47 +356,127 @@ class KvStore:
 
         Tombstone rows are returned too (their key columns are set), so callers can check keys.
         """
-        n = len(seg_of)
+        wheres = [(int(i), np.flatnonzero(seg_of == i)) for i in np.unique(seg_of[seg_of >= 0])]
+        groups = [(i, where, row_of[where]) for i, where in wheres]
         hit = seg_of >= 0
+        tomb, stacked, positions = self._take(groups, len(seg_of))
+        return hit, tomb, self._align(stacked, positions, len(seg_of))
+
+    def _take(self, groups: list[tuple[int, np.ndarray, np.ndarray]], n: int) -> tuple[np.ndarray, pa.Table | None, np.ndarray]:
+        """The rows of each group stacked (segment order), the aligned tombstone mask, and the query position
+        of every stacked row."""
         tomb = np.zeros(n, dtype=bool)
+        if not groups:
+            return tomb, None, np.empty(0, dtype=np.intp)
         names = self.schema.names()
-        parts: list[pa.Table] = []
-        target = np.full(n, -1, dtype=np.int64)
-        start = 0
-        for index in np.unique(seg_of[hit]):
-            where = np.flatnonzero(seg_of == index)
-            segment = self.segments[int(index)]
-            rows = row_of[where]
+        parts = []
+        for index, where, rows in groups:
+            segment = self.segments[index]
             tomb[where] = segment.tomb[rows]
-            present = [c for c in names if c in segment.table.column_names]
-            parts.append(segment.table.select(present).take(pa.array(rows)))
-            target[where] = np.arange(start, start + where.size)
-            start += where.size
-        if not parts:
-            return hit, tomb, pl.DataFrame(schema=self.schema).clear(n)
+            present = set(segment.table.column_names)
+            parts.append(segment.table.select([c for c in names if c in present]).take(rows))
         stacked = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
-        if start == n and np.array_equal(target, np.arange(n)):
-            aligned = stacked
-        else:
-            aligned = stacked.take(pa.array(np.where(target >= 0, target, 0), mask=target < 0))
-        return hit, tomb, self._conform(aligned)
+        positions = np.concatenate([where for _, where, _ in groups]) if len(groups) > 1 else groups[0][1]
+        return tomb, stacked, positions
+
+    def _align(self, stacked: pa.Table | None, positions: np.ndarray, n: int,
+               absent: np.ndarray | None = None) -> pl.DataFrame:
+        """Stacked rows put back in query order; positions with no stacked row (or marked `absent`, a mask
+        over the stacked rows) read as all-null rows."""
+        if stacked is None or len(positions) == 0:
+            return pl.DataFrame(schema=self.schema).clear(n)
+        if absent is not None and absent.any():
+            positions = positions[~absent]
+            stacked = stacked.filter(pa.array(~absent))
+        k = len(positions)
+        frame = self._conform(stacked.combine_chunks() if stacked.column(0).num_chunks > 1 else stacked)
+        if k == n and (n == 1 or bool((positions[1:] > positions[:-1]).all())):
+            return frame  # every query hit, already in query order
+        order = np.full(n, k, dtype=np.intp)  # row k: the all-null row
+        order[positions] = np.arange(k)
+        frame = frame.vstack(pl.DataFrame(schema=self.schema).clear(1)).rechunk() if k < n else frame
+        return frame[order]
 
     def lookup(self, hashes: np.ndarray, keys: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
         """Current rows for keys (with their index hashes): (found mask, aligned rows, nulls where absent).
 
         Hash collisions between distinct keys are resolved by comparing the key columns (rare slow path).
         """
-        seg_of, row_of = self.probe(hashes)
-        hit, tomb, rows = self.gather(seg_of, row_of)
-        found = hit & ~tomb
-        if hit.any():
-            mismatch = hit & ~_keys_equal(rows, keys, self.primary_key)
-            if mismatch.any():
-                found, rows = self._slow_lookup(hashes, keys, found, rows, np.flatnonzero(mismatch))
-        if (hit & ~found).any():  # tombstones and collisions: values must read as absent
-            rows = rows.with_columns(pl.when(pl.Series(found)).then(pl.col(c)).otherwise(None).alias(c)
-                                     for c in self.schema.names())
+        n = len(hashes)
+        groups = self._probe_groups(hashes)
+        names = self.schema.names()
+        if all(set(names).issubset(self.segments[i].columns()) for i, _, _ in groups):
+            found, rows, mismatch = self._gather_found(groups, keys, n)
+        else:  # some segment predates a column: stack with null padding
+            tomb, stacked, positions = self._take(groups, n)
+            found = np.zeros(n, dtype=bool)
+            if stacked is None:
+                return found, self._align(None, positions, n)
+            same = _stacked_keys_equal(stacked, keys, positions, self.primary_key)
+            found[positions] = same
+            found &= ~tomb
+            mismatch = positions[~same]
+            rows = self._align(stacked, positions, n, absent=~found[positions])
+        if mismatch.size:
+            found, rows = self._slow_lookup(hashes, keys, found, rows, mismatch)
         return found, rows
+
+    def _gather_found(self, groups: list[tuple[int, np.ndarray, np.ndarray]], keys: pl.DataFrame,
+                      n: int) -> tuple[np.ndarray, pl.DataFrame, np.ndarray]:
+        """Rows of the probed groups whose keys match and are not tombstones, aligned with the queries
+        (all-null rows elsewhere): (found mask, rows, query positions whose hash matched another key).
+
+        Integer and float columns are gathered with numpy from the mapped segments, the others with one
+        Arrow ``take`` per segment plus one to put them in query order; every segment has every column.
+        """
+        pk = self.primary_key
+        int_key = len(pk) == 1 and keys.schema[pk[0]].is_integer()
+        key_values = keys.get_column(pk[0]).to_numpy() if int_key else None
+        found = np.zeros(n, dtype=bool)
+        kept: list[tuple[Segment, np.ndarray, np.ndarray]] = []
+        mismatches = []
+        for index, where, rows in groups:
+            segment = self.segments[index]
+            stored = segment.numpy_columns().get(pk[0]) if int_key else None
+            if stored is not None:
+                same = stored[rows] == key_values[where]  # type: ignore[index]
+            else:
+                taken = segment.table.select(list(pk)).take(rows)
+                same = _stacked_keys_equal(taken, keys, where, pk)
+            if not same.all():
+                mismatches.append(where[~same])
+            live = same & ~segment.tomb[rows]
+            if not live.all():
+                where, rows = where[live], rows[live]
+            found[where] = True
+            kept.append((segment, where, rows))
+        mismatch = np.concatenate(mismatches) if mismatches else np.empty(0, dtype=np.intp)
+        absent = None if found.all() else ~found
+        order: pa.Array | None = None  # query position -> row of the stacked Arrow takes (built once)
+        series = []
+        for name, dtype in self.schema.items():
+            if key_values is not None and name == pk[0]:
+                series.append(pl.Series(name, pa.array(key_values, mask=absent)))
+                continue
+            sources = [segment.numpy_columns().get(name) for segment, _, _ in kept]
+            if kept and all(src is not None and src.dtype == sources[0].dtype for src in sources):
+                out = np.empty(n, dtype=sources[0].dtype)  # type: ignore[union-attr]
+                for src, (_, where, rows) in zip(sources, kept):
+                    out[where] = src[rows]  # type: ignore[index]
+                series.append(pl.Series(name, pa.array(out, mask=absent)))
+                continue
+            parts = [segment.columns()[name].take(rows) for segment, _, rows in kept]
+            if not parts or sum(len(part) for part in parts) == 0:
+                series.append(pl.Series(name, [None] * n, dtype=dtype))
+                continue
+            stacked = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+            if order is None:
+                positions = np.concatenate([where for _, where, _ in kept]) if len(kept) > 1 else kept[0][1]
+                index_of = np.zeros(n, dtype=np.intp)
+                index_of[positions] = np.arange(len(positions))
+                order = pa.array(index_of, mask=absent)
+            series.append(pl.Series(name, stacked.take(order)))
+        return found, pl.DataFrame(series), mismatch
 
     def _slow_lookup(self, hashes: np.ndarray, keys: pl.DataFrame, found: np.ndarray, rows: pl.DataFrame,
                      positions: np.ndarray) -> tuple[np.ndarray, pl.DataFrame]:
@@ -416,6 +678,22 @@ class KvStore:
         keep = np.zeros(len(order), dtype=bool)
         keep[first.to_numpy()] = True
         return keep
+
+
+def _stacked_keys_equal(stacked: pa.Table, keys: pl.DataFrame, positions: np.ndarray,
+                        primary_key: Sequence[str]) -> np.ndarray:
+    """Whether each stacked row's key equals the query key at its position (hashes matched; keys almost
+    always do)."""
+    if len(primary_key) == 1:
+        column = stacked.column(primary_key[0])
+        if pa.types.is_integer(column.type):  # the common case, straight in numpy
+            left = _single_chunk(column).to_numpy(zero_copy_only=False)
+            right = keys.get_column(primary_key[0]).to_numpy()
+            if right.dtype.kind in "iu":
+                return np.asarray(left == right[positions], dtype=bool)
+    frame = pl.from_arrow(stacked.select(list(primary_key)))
+    assert isinstance(frame, pl.DataFrame)
+    return _keys_equal(frame, keys[positions], primary_key)
 
 
 def _keys_equal(rows: pl.DataFrame, keys: pl.DataFrame, primary_key: Sequence[str]) -> np.ndarray:

@@ -7,6 +7,7 @@ committed before it started, from any process.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,21 +26,53 @@ if TYPE_CHECKING:
 __all__ = ["Lookuper", "PrefixLookuper"]
 
 
-def _key_frame(table: "Table", keys: Any, columns: Sequence[str]) -> pl.DataFrame:
+def _key_frame(table: Table, keys: Any, columns: Sequence[str]) -> pl.DataFrame:
     """Validated key columns (types cast, no nulls) in the given order."""
     schema = table.schema
     frame = to_frame(keys, schema)
+    if frame.width == len(columns) and _exact_keys(frame, schema.polars_schema, columns):
+        return frame if tuple(frame.columns) == tuple(columns) else frame.select(columns)
     extra = [c for c in frame.columns if c not in columns]
     if extra:
         raise InvalidConfigError(f"lookup keys may only hold {list(columns)}; drop {extra}")
     return conform(frame, schema, required=columns, key_columns=columns).select(columns)
 
 
-def _buckets(table: "Table", keys: pl.DataFrame) -> np.ndarray:
+def _exact_keys(frame: pl.DataFrame, dtypes: Any, columns: Sequence[str]) -> bool:
+    """Whether `frame` holds exactly `columns` with the table's dtypes and no nulls (nothing to conform)."""
+    schema = frame.schema
+    for name in columns:
+        dtype = schema.get(name)
+        if dtype is None or dtype != dtypes[name] or frame.get_column(name).null_count():
+            return False
+    return True
+
+
+def _with_keys(rows: pl.DataFrame, keys: pl.DataFrame, found: np.ndarray | None) -> pl.DataFrame:
+    """`rows` with the key columns taken from `keys` (set even where absent), plus ``_found`` if given."""
+    columns = [keys.get_column(c) if c in keys.columns else rows.get_column(c) for c in rows.columns]
+    if found is not None:
+        columns.append(pl.Series("_found", found))
+    return pl.DataFrame(columns)
+
+
+def _buckets(table: Table, keys: pl.DataFrame) -> np.ndarray:
     return table.buckets_of(keys)
 
 
-def _by_partition(table: "Table", keys: pl.DataFrame) -> list[tuple["Table | None", pl.DataFrame, np.ndarray]]:
+def _bucket_positions(buckets: np.ndarray) -> dict[int, np.ndarray | None]:
+    """Positions of the keys of each bucket, in key order (None: every key is in that one bucket)."""
+    if buckets.size == 0:
+        return {}
+    if buckets.min() == buckets.max():
+        return {int(buckets[0]): None}
+    order = np.argsort(buckets, kind="stable")
+    ordered = buckets[order]
+    cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
+    return {int(ordered[start]): part for start, part in zip(np.r_[0, cuts], np.split(order, cuts))}
+
+
+def _by_partition(table: Table, keys: pl.DataFrame) -> list[tuple[Table | None, pl.DataFrame, np.ndarray]]:
     """Key rows grouped by partition (work per distinct partition): the partition's handle (None if it does not
     exist), its keys, and their positions in `keys`."""
     from fluss_lake.metadata.partition import partition_name, value_string
@@ -69,10 +102,11 @@ class Lookuper:
     ['u7', None, 'u1']
     """
 
-    def __init__(self, table: "Table") -> None:
+    def __init__(self, table: Table) -> None:
         if not table.is_primary_key_table:
             raise UnsupportedOperationError(f"{table.path} is a log table; lookups need a primary key")
         self.table = table
+        self._plan: _PointPlan | None = None
 
     def lookup(self, keys: Any, *, with_found: bool = False) -> pl.DataFrame:
         """Rows for `keys` (aligned with them; value columns null where the key is absent).
@@ -84,21 +118,26 @@ class Lookuper:
         frame = _key_frame(table, keys, pk)
         if table._is_partitioned_parent():
             return self._lookup_partitioned(frame, with_found)
+        if table.info.bucket_num == 1:  # the common single-bucket case: no split, already in key order
+            tablet = table.kv_tablet(0)
+            hashes = index_hashes(frame, pk, table.prefix_key)
+            with tablet.lock:
+                tablet.catch_up()
+                found, rows = tablet.kv.lookup(hashes, frame)
+            return _with_keys(rows, frame, found if with_found else None)
         n = frame.height
         results: list[pl.DataFrame] = []
         positions: list[np.ndarray] = []
         buckets = _buckets(table, frame)
-        indexed = frame.with_columns(pl.Series("__pos", np.arange(n)))
-        for bucket, part in split_by_bucket(indexed, buckets).items():
+        for bucket, where in _bucket_positions(buckets).items():
             tablet = table.kv_tablet(bucket)
-            keys_part = part.drop("__pos")
+            keys_part = frame if where is None else frame[where]
             hashes = index_hashes(keys_part, pk, table.prefix_key)
             with tablet.lock:
                 tablet.catch_up()
                 found, rows = tablet.kv.lookup(hashes, keys_part)
-            rows = rows.with_columns([keys_part.get_column(k) for k in pk])
-            results.append(rows.with_columns(pl.Series("_found", found)))
-            positions.append(part.get_column("__pos").to_numpy())
+            results.append(_with_keys(rows, keys_part, found))
+            positions.append(np.arange(n) if where is None else where)
         if not results:
             out = pl.DataFrame(schema={**table.schema.polars_schema, "_found": pl.Boolean})
         elif len(results) == 1:  # one bucket: already in key order
@@ -141,35 +180,62 @@ class Lookuper:
         ({'id': 1, 'name': 'ann'}, None)
         """
         table = self.table
-        pk = table.schema.primary_key
-        if not isinstance(key, dict) or set(key) != set(pk):
-            raise InvalidConfigError(f"lookup_one takes a dict of exactly the primary-key columns {list(pk)}")
-        info = table.info
-        dtypes = table.merge_spec.dtypes
-        if table._is_partitioned_parent():
+        plan = self._plan
+        if plan is None or plan.info is not table.info:  # per-table facts, recomputed after a schema change
+            plan = self._plan = _PointPlan.of(table)
+        if not isinstance(key, dict) or key.keys() != plan.key_set:
+            raise InvalidConfigError(f"lookup_one takes a dict of exactly the primary-key columns {list(plan.pk)}")
+        if plan.partitioned:
             from fluss_lake.metadata.partition import partition_name, value_string
 
+            dtypes = table.merge_spec.dtypes
             name = partition_name([value_string(key[c], dtypes[c]) for c in table.partition_keys])
             handle = table._existing_partitions().get(name) if name not in table._partitions else table._partitions[name]
             return None if handle is None else handle.new_lookup().lookup_one(key)
-        full = point_key.encode_key([key[c] for c in pk], [dtypes[c] for c in pk])
-        bucket_bytes = full if info.bucket_keys == pk else point_key.encode_key(
-            [key[c] for c in info.bucket_keys], [dtypes[c] for c in info.bucket_keys])
-        if full is None or bucket_bytes is None or info.options.get(opt.DATALAKE_FORMAT) == "iceberg":
+        full = point_key.encode_key([key[c] for c in plan.pk], plan.pk_dtypes)
+        bucket_bytes = full if plan.bucket_is_pk else point_key.encode_key(
+            [key[c] for c in plan.bucket_keys], plan.bucket_dtypes)
+        if full is None or bucket_bytes is None or plan.iceberg:
             row = self.lookup([key], with_found=True).row(0, named=True)  # other key types: vectorized path
             return {k: v for k, v in row.items() if k != "_found"} if row["_found"] else None
-        bucket = point_key.fluss_bucket(bucket_bytes, info.bucket_num) if info.bucket_num > 1 else 0
+        bucket = point_key.fluss_bucket(bucket_bytes, plan.bucket_num) if plan.bucket_num > 1 else 0
         tablet = table.kv_tablet(bucket)
-        hash_value = point_key.index_hash(full, bucket_bytes if table.prefix_key else None)
+        hash_value = point_key.index_hash(full, bucket_bytes if plan.prefix else None)
         with tablet.lock:
             tablet.catch_up()
             return tablet.kv.get_one(hash_value, key)
 
 
+@dataclass(frozen=True, slots=True)
+class _PointPlan:
+    """What a single-key lookup needs to know about its table, computed once per table version."""
+
+    info: Any
+    pk: tuple[str, ...]
+    key_set: frozenset[str]
+    pk_dtypes: tuple[pl.DataType, ...]
+    bucket_keys: tuple[str, ...]
+    bucket_dtypes: tuple[pl.DataType, ...]
+    bucket_is_pk: bool
+    bucket_num: int
+    prefix: bool
+    iceberg: bool
+    partitioned: bool
+
+    @classmethod
+    def of(cls, table: Table) -> _PointPlan:
+        info = table.info
+        dtypes = table.merge_spec.dtypes
+        pk, bucket_keys = tuple(table.schema.primary_key), tuple(info.bucket_keys)
+        return cls(info, pk, frozenset(pk), tuple(dtypes[c] for c in pk), bucket_keys,
+                   tuple(dtypes[c] for c in bucket_keys), bucket_keys == pk, info.bucket_num, bool(table.prefix_key),
+                   info.options.get(opt.DATALAKE_FORMAT) == "iceberg", table._is_partitioned_parent())
+
+
 class PrefixLookuper:
     """Look up every current row sharing a bucket-key prefix of the primary key (Fluss prefix lookup)."""
 
-    def __init__(self, table: "Table", columns: Sequence[str] | None = None) -> None:
+    def __init__(self, table: Table, columns: Sequence[str] | None = None) -> None:
         if not table.is_primary_key_table:
             raise UnsupportedOperationError(f"{table.path} is a log table; prefix lookups need a primary key")
         prefix = table.prefix_key

@@ -24,15 +24,14 @@ _C1, _C2 = 0xCC9E2D51, 0x1B873593
 def _varint(value: int, bits: int) -> bytes:
     """Unsigned LEB128 of the two's-complement `bits`-wide value."""
     value &= (1 << bits) - 1
+    if value < 0x80:
+        return bytes((value,))
     out = bytearray()
-    while True:
-        byte = value & 0x7F
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
         value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    out.append(value)
+    return bytes(out)
 
 
 def _encode_one(value: Any, dtype: pl.DataType) -> bytes | None:

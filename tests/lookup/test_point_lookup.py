@@ -47,11 +47,11 @@ def test_lookup_one_equals_batched_lookup(tmp_path_factory, ops, layout) -> None
     conn.create_database("d")
     if layout == "date":  # a key type the scalar path leaves to the vectorized one
         conn.create_table("d.t", schema={"k": "DATE", "s": "STRING", "v": "INT"}, primary_key=["k", "s"], bucket_num=3)
-        to_key = lambda k, s: {"k": dt.date(2024, 1, 1) + dt.timedelta(days=k), "s": s}  # noqa: E731
+        to_key = lambda k, s: {"k": dt.date(2024, 1, 1) + dt.timedelta(days=k), "s": s}
     else:
         conn.create_table("d.t", schema={"k": "BIGINT", "s": "STRING", "v": "INT"}, primary_key=["k", "s"], bucket_num=3,
                           bucket_keys=["k"] if layout == "prefix" else None)
-        to_key = lambda k, s: {"k": k, "s": s}  # noqa: E731
+        to_key = lambda k, s: {"k": k, "s": s}
     table = conn.get_table("d.t")
     for step, (is_delete, k, s) in enumerate(ops):
         if is_delete:
