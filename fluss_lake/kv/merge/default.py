@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import polars as pl
 
 from fluss_lake.exceptions import DeletionDisabledError, InvalidConfigError
@@ -166,12 +167,22 @@ class LastRowMerger:
         self._behavior: DeleteBehavior = delete_behavior or spec.delete_behavior
         self._targets = normalize_targets(spec, target_columns)
         partial = self._targets != frozenset(spec.columns)
+        self._partial = partial
         self._pk_only = partial and self._targets == frozenset(spec.primary_key)
 
     def merge(self, batch: MergeRound) -> MergeOutcome:
         """Merge one round; see the class docstring for the rules."""
         reject_disabled_deletes(batch, self._behavior)
         spec = self._spec
+        if not self._partial and not batch.is_delete.fill_null(False).any():
+            # Full-row upserts only (the common case): the written row is the after-image; +I on a fresh key,
+            # -U/+U on an existing one. Same outcome as the general rules below, without building the frame.
+            exists = batch.exists.cast(pl.Boolean).fill_null(False)
+            emit = pl.Series("emit", exists.to_numpy().astype(np.int8) * (EMIT_UPDATE - EMIT_INSERT) + EMIT_INSERT,
+                             dtype=pl.Int8)
+            after = batch.new.select([pl.col(c).cast(spec.dtypes[c]) for c in spec.columns])
+            return MergeOutcome(after=after, after_exists=pl.Series("after_exists", [True] * batch.new.height,
+                                                                    dtype=pl.Boolean), emit=emit)
         frame = round_frame(batch)
         pk = frozenset(spec.primary_key)
         non_targets = [c for c in spec.columns if c not in self._targets]
