@@ -96,10 +96,10 @@ class AggregationMerger:
             if function is None or missing:  # key column, or no key existed: the row as written
                 columns.append(written)
                 continue
-            # Rows that are not updates get null on both sides, and f(null, null) is null for every function
-            # (``old`` is all-null where the key is absent).
+            # Rows that are not updates get null on both sides, and f(null, null) is null for every function.
             nulls = pl.Series(c, [], dtype=written.dtype).extend_constant(None, len(written))
-            aggregated = function(batch.old.get_column(c), written.zip_with(exists, nulls)).cast(spec.dtypes[c])
+            stored = batch.old.get_column(c).cast(written.dtype).zip_with(exists, nulls)
+            aggregated = function(stored, written.zip_with(exists, nulls)).cast(spec.dtypes[c])
             columns.append(written.zip_with(absent, aggregated).alias(c))
         return upsert_outcome(batch, spec, pl.DataFrame(columns))
 
