@@ -4,6 +4,7 @@ replay in a new process, tiering's log reader) handles both, and stores written 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,6 +21,11 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 def _files(root: str, suffix: str) -> list[str]:
     return sorted(os.path.join(d, f) for d, _, files in os.walk(root) for f in files if f.endswith(suffix))
+
+
+def _bytes(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
 
 
 def _table(tmp_path, **options):
@@ -57,7 +63,7 @@ def test_hot_batches_are_lz4_and_every_reader_reads_them(tmp_path) -> None:
     log_batches = [p for p in batches if f"{os.sep}log{os.sep}" in p]
     assert log_batches
     for path in log_batches:
-        data = open(path, "rb").read()
+        data = _bytes(path)
         assert LZ4_FRAME_MAGIC in data and ZSTD_MAGIC not in data
     expected = _expected(6)
     assert _state(users) == expected
@@ -72,7 +78,6 @@ def test_hot_batches_are_lz4_and_every_reader_reads_them(tmp_path) -> None:
             "t = c.get_table('d.users'); print(json.dumps(sorted(t.to_polars().rows())))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "lake"), str(tmp_path / "state2")],
                          capture_output=True, text=True, check=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
-    import json
     assert [tuple(r) for r in json.loads(out.stdout)] == sorted((k, *v) for k, v in expected.items())
 
 
@@ -84,7 +89,7 @@ def test_log_compaction_rewrites_hot_batches_with_zstd(tmp_path) -> None:
     segments = _files(str(tmp_path / "lake"), ".segment")
     assert segments
     for path in segments:
-        data = open(path, "rb").read()
+        data = _bytes(path)
         assert ZSTD_MAGIC in data and LZ4_FRAME_MAGIC not in data
     assert users.scan_log().equals(before)
     assert log_reader(users).scan_log().equals(before)
@@ -97,7 +102,7 @@ def test_explicit_codecs_are_used_as_set(tmp_path) -> None:
     _write(users, 3)
     for path in _files(str(tmp_path / "lake"), ".arrow"):
         if f"{os.sep}log{os.sep}" in path:
-            data = open(path, "rb").read()
+            data = _bytes(path)
             assert LZ4_FRAME_MAGIC not in data and ZSTD_MAGIC not in data
     assert _state(users) == _expected(3)
 
@@ -109,7 +114,7 @@ def test_stores_with_zstd_changelog_batches_still_open(tmp_path, monkeypatch) ->
     _write(users, 4)
     monkeypatch.undo()
     _write(users, 4, start=10)
-    kinds = {(LZ4_FRAME_MAGIC in open(p, "rb").read(), ZSTD_MAGIC in open(p, "rb").read())
+    kinds = {(LZ4_FRAME_MAGIC in _bytes(p), ZSTD_MAGIC in _bytes(p))
              for p in _files(str(tmp_path / "lake"), ".arrow") if f"{os.sep}log{os.sep}" in p}
     assert kinds == {(True, False), (False, True)}
     expected = {**_expected(4), **_expected(4, start=10)}
