@@ -261,13 +261,46 @@ def _single_chunk(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
-def write_segment(directory: str, frame: pl.DataFrame, *, fsync: bool = False) -> Segment:
-    """Write a frame (already holding hash and tombstone columns, sorted by hash) as a new segment."""
+def _file_tier(rows: int) -> int:
+    """Size class of a file segment: tier 0 holds everything up to FANOUT x half a memtable, so memtable
+    flushes (about ``MEMTABLE_ROWS`` rows, or fewer when a snapshot flushes early) always share a tier."""
+    base = MEMTABLE_ROWS // 2
+    return int(math.log(rows / base, _FANOUT)) if rows > base else 0
+
+
+def _arrow_type(dtype: pl.DataType) -> pa.DataType:
+    """The Arrow type Polars writes for `dtype` (segments are written from Polars frames)."""
+    return pl.Series([], dtype=dtype).to_arrow().type
+
+
+def _is_identity(order: np.ndarray, n: int | None = None) -> bool:
+    """Whether `order` is ``0, 1, ..., n-1`` (a take would be a copy for nothing)."""
+    size = len(order)
+    if n is not None and size != n:
+        return False
+    return size == 0 or (int(order[0]) == 0 and int(order[-1]) == size - 1 and bool((np.diff(order) == 1).all()))
+
+
+def _segment_table(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray, ts: pa.ChunkedArray | pa.Array) -> pa.Table:
+    """The on-disk column layout: value columns, then hash, tombstone (UInt8) and commit time."""
+    return (data.append_column(HASH_COLUMN, pa.array(hashes, pa.uint64()))
+            .append_column(TOMB_COLUMN, pa.array(tomb.view(np.uint8), pa.uint8()))
+            .append_column(TS_COLUMN, ts))
+
+
+def _memory_segment(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray, ts: pa.ChunkedArray | pa.Array) -> Segment:
+    """A memtable segment (sorted by hash) built straight from Arrow columns."""
+    table = _segment_table(data, hashes, tomb, ts).combine_chunks()
+    return Segment(f"mem-{uuid.uuid4().hex}", None, table, hashes, tomb.view(np.bool_), table.num_rows)
+
+
+def write_segment(directory: str, frame: pl.DataFrame | pa.Table, *, fsync: bool = False) -> Segment:
+    """Write a frame or table (already holding hash and tombstone columns, sorted by hash) as a new segment."""
     os.makedirs(directory, exist_ok=True)
     name = f"seg-{uuid.uuid4().hex}.arrow"
     path = os.path.join(directory, name)
     tmp = os.path.join(directory, f".tmp-{name}")
-    table = frame.to_arrow()
+    table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame.combine_chunks()
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))
     if fsync:
@@ -559,16 +592,25 @@ class KvStore:
         return self.scan().height if len(self.segments) > 1 else int((~self.segments[0].tomb).sum()) if self.segments else 0
 
     # ---------------------------------------------------------------- writes
-    def apply(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray, commit_ts: np.ndarray | int) -> None:
-        """Add after-images (one per key, `deleted` marks tombstones, committed at `commit_ts`) as a new segment."""
+    def apply(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray, commit_ts: np.ndarray | int, *,
+              order: np.ndarray | None = None) -> None:
+        """Add after-images (one per key, `deleted` marks tombstones, committed at `commit_ts`) as a new segment.
+
+        `order` may pass ``argsort(hashes)`` when the caller already has it (saves a sort).
+        """
         if rows.height == 0:
             return
-        ts = np.broadcast_to(np.asarray(commit_ts, dtype=np.int64), (rows.height,))
-        frame = rows.select(self.schema.names()).with_columns(
-            pl.Series(HASH_COLUMN, hashes, dtype=pl.UInt64), pl.Series(TOMB_COLUMN, deleted, dtype=pl.UInt8),
-            pl.Series(TS_COLUMN, ts, dtype=pl.Int64))
-        frame = frame.sort(HASH_COLUMN, maintain_order=True)
-        self.segments.insert(0, Segment.in_memory(frame))
+        if order is None:
+            order = np.argsort(hashes, kind="stable")
+        ts = np.empty(rows.height, dtype=np.int64)
+        ts[:] = commit_ts
+        data = rows.select(self.schema.names()).to_arrow()
+        if not _is_identity(order):
+            data = data.take(pa.array(order))
+            ts = ts[order]
+        sorted_hashes = np.ascontiguousarray(hashes[order], dtype=np.uint64)
+        tomb = np.ascontiguousarray(np.asarray(deleted, dtype=bool)[order]).view(np.uint8)
+        self.segments.insert(0, _memory_segment(data, sorted_hashes, tomb, pa.array(ts, pa.int64())))
         memtable = self._memtable_size()
         if memtable >= MEMTABLE_BATCHES or sum(s.rows for s in self.segments[:memtable]) >= MEMTABLE_ROWS:
             self.flush_memtable()
@@ -609,9 +651,13 @@ class KvStore:
             self._merge(*run)
 
     def _find_run(self) -> tuple[int, int] | None:
-        """A contiguous run [i, j) of file segments to merge, or None (the memtable is left alone)."""
+        """A contiguous run [i, j) of file segments to merge, or None (the memtable is left alone).
+
+        File segments are tiered by :func:`_file_tier`, whose smallest tier holds every memtable flush (a
+        flush is about ``MEMTABLE_ROWS`` rows, sometimes fewer), so FANOUT flushes always form a run.
+        """
         first = self._memtable_size()
-        tiers = [s.tier for s in self.segments[first:]]
+        tiers = [_file_tier(s.rows) for s in self.segments[first:]]
         for i in range(len(tiers) - _FANOUT + 1):
             if len(set(tiers[i:i + _FANOUT])) == 1:
                 return first + i, first + i + _FANOUT
@@ -619,16 +665,28 @@ class KvStore:
             return first, first + len(tiers) // 2 + 1
         return None
 
+    def _data_table(self, segment: Segment) -> pa.Table:
+        """A segment's value columns in the current schema, then tombstone and commit time (arrow, no copy
+        when the segment already has the current columns)."""
+        table = segment.table
+        names = self.schema.names()
+        present = set(table.column_names)
+        if all(n in present for n in names):
+            data = table.select(names)
+        else:  # columns added after the segment was written read as null
+            data = pa.table([table.column(n) if n in present else pa.nulls(table.num_rows, _arrow_type(dtype))
+                             for n, dtype in self.schema.items()], names=names)
+        ts = table.column(TS_COLUMN) if TS_COLUMN in present else pa.nulls(table.num_rows, pa.int64())
+        return data.append_column(TS_COLUMN, ts.cast(pa.int64()))
+
     def _merge(self, i: int, j: int, *, in_memory: bool = False) -> None:
         """Merge segments [i, j) (newest first) into one; tombstones dropped when nothing older remains."""
         chosen = [s for s in self.segments[i:j] if s.rows]
         bottom = j == len(self.segments)
         if chosen:
-            names = [c for c in self.schema.names()]
-            tables = [s.table.select([c for c in (*names, TOMB_COLUMN, TS_COLUMN) if c in s.table.column_names])
-                      for s in chosen]
+            tables = [self._data_table(s) for s in chosen]
             combined = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
-            hashes = np.concatenate([s.hashes for s in chosen])
+            hashes = np.concatenate([s.hashes for s in chosen]) if len(chosen) > 1 else chosen[0].hashes
             order = np.argsort(hashes, kind="stable")  # stable: the newest version of a key comes first
             sorted_hashes = hashes[order]
             repeat = np.r_[False, sorted_hashes[1:] == sorted_hashes[:-1]]
@@ -640,8 +698,8 @@ class KvStore:
                 if not _keys_equal(later, earlier, self.primary_key).all():  # a hash collision: compare keys
                     keep = self._first_of_each_key(frame, order)
             selected = order[keep]
-            tomb_all = np.concatenate([s.tomb for s in chosen]).astype(np.uint8)
-            if self.ttl_ms > 0 and not in_memory and TS_COLUMN in combined.column_names and self.clock is not None:
+            tomb_all = np.concatenate([s.tomb for s in chosen]).view(np.uint8)
+            if self.ttl_ms > 0 and not in_memory and self.clock is not None:
                 # table.kv.ttl: an expired row becomes a tombstone (so no older version shows through) and is
                 # dropped with the other tombstones at the bottom; no delete record reaches the changelog.
                 ts_all = combined.column(TS_COLUMN).to_numpy(zero_copy_only=False)
@@ -649,15 +707,15 @@ class KvStore:
                 tomb_all = tomb_all | expired.astype(np.uint8)
             if bottom:
                 selected = selected[tomb_all[selected] == 0]
-            merged_table = combined.take(pa.array(selected))
-            ts_selected = (merged_table.column(TS_COLUMN) if TS_COLUMN in merged_table.column_names
-                           else pa.nulls(len(selected), pa.int64()))
-            frame = self._conform(merged_table).with_columns(
-                pl.Series(HASH_COLUMN, hashes[selected], dtype=pl.UInt64),
-                pl.Series(TOMB_COLUMN, tomb_all[selected], dtype=pl.UInt8),
-                pl.Series(TS_COLUMN, ts_selected.to_numpy(zero_copy_only=False) if ts_selected.null_count == 0
-                          else pl.from_arrow(ts_selected), dtype=pl.Int64))
-            segment = Segment.in_memory(frame) if in_memory else write_segment(self.directory, frame)
+            merged = combined.take(pa.array(selected)) if not _is_identity(selected, combined.num_rows) else combined
+            ts = merged.column(TS_COLUMN)
+            data = merged.drop_columns([TS_COLUMN])
+            tomb = np.ascontiguousarray(tomb_all[selected])
+            segment_hashes = np.ascontiguousarray(hashes[selected])
+            if in_memory:
+                segment = _memory_segment(data, segment_hashes, tomb, ts)
+            else:
+                segment = write_segment(self.directory, _segment_table(data, segment_hashes, tomb, ts))
             replacement = [segment]
         else:
             replacement = []

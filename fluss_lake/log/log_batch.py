@@ -63,12 +63,18 @@ def _stats_frame(data: pl.DataFrame, columns: tuple[str, ...]) -> tuple[pl.DataF
     return stats, {c: int(n) for c, n in zip(columns, selected.null_count().row(0))}, nan_columns
 
 
-def encode_batch(*, rows: pl.DataFrame, base_offset: int, commit_ts: int, schema_id: int, writer_id: str,
+def encode_batch(*, rows: pl.DataFrame | pa.Table, base_offset: int, commit_ts: int, schema_id: int, writer_id: str,
                  batch_seq: int = -1, stats_columns: tuple[str, ...] = (), compression: str | None = "zstd",
                  compression_level: int | None = None) -> bytes:
     """Serialize a batch (rows already carry the change type column when the table needs one)."""
-    stats, nulls, nan_columns = _stats_frame(rows, stats_columns)
-    header = {"base_offset": base_offset, "record_count": rows.height, "commit_ts": commit_ts,
+    if isinstance(rows, pa.Table):
+        table = rows
+        frame = pl.from_arrow(rows.select(list(stats_columns))) if stats_columns else None
+    else:
+        table = rows.to_arrow()
+        frame = rows
+    stats, nulls, nan_columns = _stats_frame(frame, stats_columns) if frame is not None else (None, {}, [])
+    header = {"base_offset": base_offset, "record_count": table.num_rows, "commit_ts": commit_ts,
               "schema_id": schema_id, "writer_id": writer_id, "null_counts": nulls, "no_stats": nan_columns,
               "batch_seq": batch_seq}
     if stats is not None:
@@ -77,7 +83,6 @@ def encode_batch(*, rows: pl.DataFrame, base_offset: int, commit_ts: int, schema
         with pa.ipc.new_stream(sink, arrow_stats.schema) as writer:
             writer.write_table(arrow_stats)
         header["stats"] = base64.b64encode(sink.getvalue().to_pybytes()).decode()
-    table = rows.to_arrow()
     table = table.replace_schema_metadata({_META_KEY: json.dumps(header, separators=(",", ":")).encode()})
     sink = pa.BufferOutputStream()
     codec = None if compression in (None, "none") else ("lz4" if compression == "lz4_frame" else compression)

@@ -20,6 +20,7 @@ from fluss_lake.kv.merge.default import (
     old,
     reject_disabled_deletes,
     round_frame,
+    upsert_outcome,
 )
 from fluss_lake.kv.merge.row_merger import (
     EMIT_DELETE,
@@ -79,11 +80,35 @@ class AggregationMerger:
             for c in spec.columns
             if c not in pk and c in self._targets
         }
+        self._full_row = self._targets == frozenset(spec.columns)
+
+    def _merge_upserts(self, batch: MergeRound) -> MergeOutcome:
+        """A round of full-row upserts only (the common case), column by column on Series: fresh keys are
+        stored as written, existing keys aggregate every non-key column. Same rules as :meth:`merge`."""
+        spec = self._spec
+        exists = batch.exists.cast(pl.Boolean).fill_null(False)
+        absent = ~exists
+        missing = exists.not_().all()
+        columns = []
+        for c in spec.columns:
+            written = batch.new.get_column(c)
+            function = self._functions.get(c)
+            if function is None or missing:  # key column, or no key existed: the row as written
+                columns.append(written)
+                continue
+            # Rows that are not updates get null on both sides, and f(null, null) is null for every function.
+            nulls = pl.Series(c, [], dtype=written.dtype).extend_constant(None, len(written))
+            stored = batch.old.get_column(c).cast(written.dtype).zip_with(exists, nulls)
+            aggregated = function(stored, written.zip_with(exists, nulls)).cast(spec.dtypes[c])
+            columns.append(written.zip_with(absent, aggregated).alias(c))
+        return upsert_outcome(batch, spec, pl.DataFrame(columns))
 
     def merge(self, batch: MergeRound) -> MergeOutcome:
         """Merge one round: insert fresh keys verbatim, aggregate target columns of existing keys."""
         spec = self._spec
         reject_disabled_deletes(batch, spec.delete_behavior)
+        if self._full_row and not batch.is_delete.fill_null(False).any():
+            return self._merge_upserts(batch)
         frame = round_frame(batch)
         update = UPSERT & EXISTS
         for c, function in self._functions.items():

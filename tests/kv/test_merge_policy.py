@@ -1,0 +1,60 @@
+"""The segment merge policy of the KV store: memtable flushes of slightly different sizes share a tier, so
+they always merge in runs of FANOUT, and the number of file segments stays logarithmic in the table size."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from fluss_lake.kv import kv_store
+from fluss_lake.kv.key_index import index_hashes
+from fluss_lake.kv.kv_store import KvStore
+
+SCHEMA = pl.Schema({"id": pl.Int64, "v": pl.String})
+
+
+def _apply(store: KvStore, ids: np.ndarray, tag: str, ts: int) -> None:
+    rows = pl.DataFrame({"id": ids, "v": [f"{tag}{i}" for i in ids]}, schema=SCHEMA)
+    store.apply(index_hashes(rows, ("id",)), rows, np.zeros(len(ids), dtype=bool), ts)
+
+
+def test_flushes_straddling_a_tier_boundary_still_merge(tmp_path, monkeypatch) -> None:
+    # Flushes of 1,000 and 1,100 rows around MEMTABLE_ROWS (1,024): before, they fell in two tiers that alternated,
+    # so no run of four same-tier segments formed and segments piled up.
+    monkeypatch.setattr(kv_store, "MEMTABLE_ROWS", 1024)
+    store = KvStore(str(tmp_path), SCHEMA, ("id",))
+    expected: dict[int, str] = {}
+    next_id = 0
+    for flush in range(24):
+        size = 1000 if flush % 2 else 1100
+        ids = np.arange(next_id, next_id + size)
+        next_id += size
+        _apply(store, ids, "a", flush)
+        store.flush_memtable()
+        expected.update({int(i): f"a{i}" for i in ids})
+    file_segments = [s for s in store.segments if s.on_disk]
+    # 24 flushes with FANOUT 4: at most FANOUT - 1 segments per tier, tiers grow by 4x
+    assert len(file_segments) <= 2 * (kv_store._FANOUT - 1), [s.rows for s in file_segments]
+    tiers = [kv_store._file_tier(s.rows) for s in file_segments]
+    assert all(tiers.count(t) < kv_store._FANOUT for t in set(tiers))
+    assert dict(store.scan().iter_rows()) == expected
+
+
+def test_updates_and_deletes_survive_tiered_merges(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(kv_store, "MEMTABLE_ROWS", 512)
+    store = KvStore(str(tmp_path), SCHEMA, ("id",))
+    rng = np.random.default_rng(7)
+    expected: dict[int, str] = {}
+    for step in range(40):
+        ids = np.unique(rng.integers(0, 3000, 400))
+        _apply(store, ids, f"s{step}-", step)
+        expected.update({int(i): f"s{step}-{i}" for i in ids})
+        gone = np.unique(rng.integers(0, 3000, 30))
+        rows = pl.DataFrame({"id": gone, "v": [None] * len(gone)}, schema=SCHEMA)
+        store.apply(index_hashes(rows, ("id",)), rows, np.ones(len(gone), dtype=bool), step)
+        for i in gone:
+            expected.pop(int(i), None)
+    assert dict(store.scan().iter_rows()) == expected
+    store.compact_all()
+    assert len(store.segments) == 1 and not store.segments[0].tomb.any()
+    assert dict(store.scan().iter_rows()) == expected
