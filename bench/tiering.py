@@ -41,8 +41,18 @@ import polars as pl
 import pyarrow as pa
 
 import fluss_lake as fl
-from bench._common import (Reporter, Result, Target, bench_args, fmt_num, interleave, log, median, scatter_keys,
-                           temp_store_dir)
+from bench._common import (
+    Reporter,
+    Result,
+    Target,
+    bench_args,
+    fmt_num,
+    interleave,
+    log,
+    median,
+    scatter_keys,
+    temp_store_dir,
+)
 from tiering import Lake, TieringService, tier_table
 from tiering.schema import lake_arrow_schema, to_lake_rows
 
