@@ -18,6 +18,7 @@ again (never regressing them).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -36,6 +37,7 @@ from fluss_lake.exceptions import (
 )
 from fluss_lake.metadata.table_path import TablePath
 from tiering.changes import fold_changes
+from tiering.compaction import DEFAULT_COMPACTION, CompactionPolicy, compact_table
 from tiering.lake_snapshot import BucketKey as Key
 from tiering.lake_snapshot import LakeSnapshot
 from tiering.log_reader import LiveOffsets, live_offsets, log_reader
@@ -92,13 +94,17 @@ def live_kind(live: Table) -> LakeKind:
 
 
 def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = None,
-               expire_partitions: bool = False) -> TableTieringReport:
+               expire_partitions: bool = False,
+               compaction: CompactionPolicy | None = DEFAULT_COMPACTION) -> TableTieringReport:
     """Tier everything committed to `live` so far into the lake, exactly once (see the module docstring).
 
     A partitioned table is tiered partition by partition in the same round and the same commit: offsets are
     keyed by ``(partition name, bucket)`` in the report and the snapshot summary; partitions created since the
     last round start at offset 0; a partition dropped live keeps its lake data (its offsets leave the summary)
     unless `expire_partitions` (then :meth:`Lake.expire_partitions` runs after the round).
+
+    A primary-key round that committed is followed by :func:`~tiering.compact_table` with the `compaction`
+    policy (``None``: never), which rewrites only what deletes piled up on (a separate commit; usually a no-op).
 
     Examples
     --------
@@ -120,6 +126,14 @@ def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = Non
         report = _tier(live, lake, clock, started)
         if expire_partitions and live.is_partitioned:
             lake.expire_partitions(live)
+        if compaction is not None and report.committed and live.is_primary_key_table:
+            try:
+                done = compact_table(live, lake, policy=compaction)
+            except TieringConflictError:  # tiering runs kept committing first: the next round compacts
+                return report
+            if done.committed:
+                report = dataclasses.replace(report, files_compacted=done.data_files_rewritten,
+                                             snapshot_id=done.snapshot_id, seconds=time.perf_counter() - started)
         return report
     except FlussLakeError:
         raise

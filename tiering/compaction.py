@@ -1,0 +1,198 @@
+"""Compaction of a current-state lake table: keep position deletes from piling up (copy-on-write only where they pile).
+
+Tiering applies primary-key changes merge-on-read (a position-delete file per touched partition and round), so
+each round costs what it changes. Readers pay for deletes instead: every delete file of a partition is read and
+every deleted row is skipped. :func:`compact_table` bounds that, per partition (Fluss bucket):
+
+- a data file whose deleted fraction reaches ``delete_ratio`` is rewritten without its deleted rows (the only
+  copy-on-write left, and only for heavily deleted files);
+- the partition's delete files (more than ``max_delete_files``, or any after such a rewrite, or ones that no
+  longer match a data file) are replaced by one file holding the deletes of the data files that stay;
+- more than ``max_manifests`` manifests are folded into one per content (data, deletes).
+
+It commits ONE snapshot carrying the current tiering offsets unchanged (with ``commit.retry.num-retries = 0``: a
+tiering round that commits first makes compaction fail and plan again, so offsets never regress and no delete
+is applied twice). Tiering runs it after each primary-key round (``compaction=`` of ``tier_table``,
+``tier_once``, ``TieringService``); the check reads only manifests and the (cached) delete files.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+
+from fluss_lake.exceptions import InvalidConfigError, TieringConflictError
+from fluss_lake.metadata.table_path import TablePath
+from tiering.lake_snapshot import LakeSnapshot
+from tiering.state_index import state_index
+
+if TYPE_CHECKING:
+    from fluss_lake.table import Table
+    from tiering.lake import Lake
+
+__all__ = ["DEFAULT_COMPACTION", "CompactionPolicy", "CompactionReport", "compact_table"]
+
+_MAX_ATTEMPTS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPolicy:
+    """When :func:`compact_table` rewrites files.
+
+    Examples
+    --------
+    >>> CompactionPolicy().delete_ratio
+    0.3
+    >>> CompactionPolicy(delete_ratio=0)
+    Traceback (most recent call last):
+    ...
+    fluss_lake.exceptions.InvalidConfigError: delete_ratio must be in (0, 1], got 0; e.g. 0.3 rewrites a data file once 30% of its rows are deleted
+    """
+
+    delete_ratio: float = 0.3        # rewrite a data file once this fraction of its rows is deleted
+    max_delete_files: int = 16       # more delete files than this in a partition: merge them into one
+    max_manifests: int = 64          # more manifests than this: fold them into one per content
+
+    def __post_init__(self) -> None:
+        if not 0 < self.delete_ratio <= 1:
+            raise InvalidConfigError(f"delete_ratio must be in (0, 1], got {self.delete_ratio}; e.g. 0.3 rewrites a "
+                                     "data file once 30% of its rows are deleted")
+        if self.max_delete_files < 1 or self.max_manifests < 2:
+            raise InvalidConfigError(f"max_delete_files must be >= 1 and max_manifests >= 2, got "
+                                     f"{self.max_delete_files} and {self.max_manifests}")
+
+
+DEFAULT_COMPACTION = CompactionPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """What one compaction did."""
+
+    table: TablePath
+    committed: bool = False
+    snapshot_id: int | None = None
+    data_files_rewritten: int = 0
+    rows_rewritten: int = 0                 # live rows copied into new data files
+    rows_dropped: int = 0                   # deleted rows the rewrite removed for good
+    delete_files_removed: int = 0
+    delete_files_written: int = 0
+    manifests_before: int = 0
+    manifests_after: int = 0
+    seconds: float = 0.0
+
+
+def compact_table(live: Table, lake: Lake, *, policy: CompactionPolicy | None = None,
+                  force: bool = False) -> CompactionReport:
+    """Compact the current-state lake table of primary-key table `live` (see the module docstring).
+
+    `force` rewrites every data file with a deleted row and removes every delete file. Returns a report
+    (``committed=False`` when nothing needed doing). Log and history tables have no deletes: nothing to do.
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl, tiering
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.t", schema={"k": "INT", "v": "INT"}, primary_key=["k"],
+    ...                       options={"table.datalake.enabled": True})
+    >>> t = conn.get_table("d.t"); lake = tiering.Lake.for_connection(conn)
+    >>> _ = t.upsert([{"k": k, "v": 0} for k in range(10)]); _ = tiering.tier_once(conn, lake)
+    >>> _ = t.upsert([{"k": 1, "v": 1}]); _ = tiering.tier_once(conn, lake, compaction=None)
+    >>> report = compact_table(t, lake, force=True)
+    >>> report.data_files_rewritten, report.delete_files_removed, report.rows_dropped
+    (1, 1, 1)
+    >>> tiering.read_lake(lake, "d.t").select(pl.col("v").sum()).collect().item()
+    1
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    policy = policy or CompactionPolicy()
+    started = time.perf_counter()
+    if not live.is_primary_key_table:
+        return CompactionReport(live.path)
+    for _attempt in range(_MAX_ATTEMPTS):
+        table = lake.load(live.path, "primary-key")
+        if table is None or table.current_snapshot() is None:
+            return CompactionReport(live.path, seconds=time.perf_counter() - started)
+        try:
+            return _compact(live, lake, table, policy, force, started)
+        except CommitFailedException:
+            continue  # a tiering round committed first: plan again on its snapshot
+    raise TieringConflictError(f"compacting {live.path}: tiering committed first {_MAX_ATTEMPTS} times in a row; "
+                               "try again")
+
+
+def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, force: bool,
+             started: float) -> CompactionReport:
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+    from pyiceberg.table import FileScanTask
+
+    from tiering.deletes import RowDelta, is_delete_file, write_position_deletes
+
+    snapshot = table.current_snapshot()
+    manifests = snapshot.manifests(table.io)
+    entries = [e for m in manifests for e in m.fetch_manifest_entry(table.io, discard_deleted=True)]
+    data = [e.data_file for e in entries if not is_delete_file(e.data_file)]
+    deletes = [e.data_file for e in entries if is_delete_file(e.data_file)]
+    index = state_index(lake)
+    positions = index.deleted(table.io, deletes).unique()
+    by_file = dict(positions.group_by("file_path").len().iter_rows()) if positions.height else {}
+    rewrite = [f for f in data if by_file.get(f.file_path, 0) and
+               (force or by_file[f.file_path] >= policy.delete_ratio * f.record_count)]
+    part = _partition_of
+    delete_parts: dict[Any, list[Any]] = {}
+    for f in deletes:
+        delete_parts.setdefault(part(f), []).append(f)
+    dangling = {part(f) for f in deletes} - {part(f) for f in data}
+    redo = {part(f) for f in rewrite} | dangling | {p for p, fs in delete_parts.items()
+                                                    if len(fs) > policy.max_delete_files or force}
+    if not redo and len(manifests) <= policy.max_manifests:
+        return CompactionReport(live.path, snapshot_id=snapshot.snapshot_id, manifests_before=len(manifests),
+                                manifests_after=len(manifests), seconds=time.perf_counter() - started)
+    removed_deletes = [f for p in redo for f in delete_parts.get(p, [])]
+    rewrite_paths = {f.file_path for f in rewrite}
+    # deletes that stay: positions in data files that stay, of the partitions whose delete files are replaced
+    redo_paths = {f.file_path for f in data if part(f) in redo} - rewrite_paths
+    stay = positions.filter(pl.col("file_path").is_in(sorted(redo_paths))) if positions.height else positions
+    where = {f.file_path: (part(f), f.partition, f.file_path.rsplit("/", 1)[0]) for f in data}
+    merged: dict[Any, tuple[Any, str, list[pa.Table]]] = {}
+    for (path,), frame in (stay.partition_by("file_path", as_dict=True).items() if stay.height else ()):
+        key, record, folder = where[path]  # type: ignore[index]
+        merged.setdefault(key, (record, folder, []))[2].append(frame.to_arrow())
+    new_deletes = [(record, folder, pa.concat_tables(frames)) for record, folder, frames in merged.values()]
+    rows = pa.schema(table.schema().as_arrow()).empty_table()
+    if rewrite:  # live rows of the heavily deleted files, with pyiceberg's reader (deletes applied, old files
+        # lacking newer columns read as null)
+        tasks = [FileScanTask(f, delete_files=set(delete_parts.get(part(f), []))) for f in rewrite]
+        rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(tasks)
+    offsets = LakeSnapshot.of_table(table)
+    props = offsets.summary_properties() if offsets.table_id is not None else {}
+    written: list[Any] = []
+    with table.transaction() as tx, RowDelta(tx, table.io, snapshot_properties=props, merge_manifests=True) as delta:
+        for f in (*rewrite, *removed_deletes):
+            delta.delete_data_file(f)
+        if rows.num_rows:
+            target = pa.schema(tx.table_metadata.schema().as_arrow())
+            for f in _dataframe_to_data_files(table_metadata=tx.table_metadata, df=rows.cast(target), io=table.io,
+                                              write_uuid=delta.commit_uuid):
+                delta.append_data_file(f)
+        written = write_position_deletes(table.io, tx.table_metadata.default_spec_id, new_deletes)
+        for f in written:
+            delta.add_delete_file(f)
+    current = table.current_snapshot()
+    return CompactionReport(live.path, committed=True, snapshot_id=current.snapshot_id if current else None,
+                            data_files_rewritten=len(rewrite), rows_rewritten=rows.num_rows,
+                            rows_dropped=sum(f.record_count for f in rewrite) - rows.num_rows,
+                            delete_files_removed=len(removed_deletes), delete_files_written=len(written),
+                            manifests_before=len(manifests), manifests_after=len(current.manifests(table.io)),
+                            seconds=time.perf_counter() - started)
+
+
+def _partition_of(data_file: Any) -> tuple[int, tuple[Any, ...]]:
+    """A hashable (spec id, partition values) key of a data or delete file."""
+    return data_file.spec_id, tuple(data_file.partition)
