@@ -191,6 +191,8 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             kept: dict[tuple[ManifestContent, int], list[ManifestEntry]] = defaultdict(list)
             removed: dict[tuple[ManifestContent, int], list[ManifestEntry]] = defaultdict(list)
             for manifest in parent.manifests(self._io):
+                if not manifest.has_added_files() and not manifest.has_existing_files():
+                    continue  # only DELETED entries: recorded by its own snapshot, dropped from later ones
                 if not self._merge and not self._removed_files:
                     out.append(manifest)
                     continue
