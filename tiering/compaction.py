@@ -136,10 +136,10 @@ def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, forc
 
     snapshot = table.current_snapshot()
     manifests = snapshot.manifests(table.io)
-    entries = [e for m in manifests for e in m.fetch_manifest_entry(table.io, discard_deleted=True)]
+    index = state_index(lake)
+    entries = index.entries(table.io, manifests)
     data = [e.data_file for e in entries if not is_delete_file(e.data_file)]
     deletes = [e.data_file for e in entries if is_delete_file(e.data_file)]
-    index = state_index(lake)
     positions = index.deleted(table.io, deletes).unique()
     by_file = dict(positions.group_by("file_path").len().iter_rows()) if positions.height else {}
     rewrite = [f for f in data if by_file.get(f.file_path, 0) and

@@ -83,27 +83,30 @@ def write_position_deletes(io: FileIO, spec_id: int, deletes: Iterable[tuple[Any
     The file goes into `folder` (the partition's data folder), its rows sorted by ``file_path, pos`` as the
     spec asks. Returns the DataFiles (``content = POSITION_DELETES``) to add with :class:`RowDelta`.
     """
+    from pyiceberg.utils.concurrent import ExecutorFactory
+
+    todo = [(partition, folder, rows) for partition, folder, rows in deletes if rows.num_rows]
+    return list(ExecutorFactory.get_or_create().map(lambda job: _write_one(io, spec_id, *job), todo))
+
+
+def _write_one(io: FileIO, spec_id: int, partition: Any, folder: str, rows: pa.Table) -> DataFile:
+    """One position-delete file (see :func:`write_position_deletes`)."""
     from pyiceberg.io.pyarrow import ParquetFormatWriter
 
-    written = []
-    for partition, folder, rows in deletes:
-        if not rows.num_rows:
-            continue
-        rows = rows.select(["file_path", "pos"]).cast(_ARROW_SCHEMA).sort_by([("file_path", "ascending"),
-                                                                                ("pos", "ascending")])
-        path = f"{folder.rstrip('/')}/{uuid.uuid4()}-deletes.parquet"
-        output = io.new_output(path)
-        writer = ParquetFormatWriter(output, POSITION_DELETE_SCHEMA, _WRITE_PROPERTIES)
-        with writer:
-            writer.write(rows)
-        stats = writer.result()
-        delete_file = DataFile.from_args(
-            content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
-            partition=partition, file_size_in_bytes=len(output), sort_order_id=None, equality_ids=None,
-            key_metadata=None, **stats.to_serialized_dict())
-        delete_file.spec_id = spec_id
-        written.append(delete_file)
-    return written
+    rows = rows.select(["file_path", "pos"]).cast(_ARROW_SCHEMA).sort_by([("file_path", "ascending"),
+                                                                            ("pos", "ascending")])
+    path = f"{folder.rstrip('/')}/{uuid.uuid4()}-deletes.parquet"
+    output = io.new_output(path)
+    writer = ParquetFormatWriter(output, POSITION_DELETE_SCHEMA, _WRITE_PROPERTIES)
+    with writer:
+        writer.write(rows)
+    stats = writer.result()
+    delete_file = DataFile.from_args(
+        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
+        partition=partition, file_size_in_bytes=len(output), sort_order_id=None, equality_ids=None,
+        key_metadata=None, **stats.to_serialized_dict())
+    delete_file.spec_id = spec_id
+    return delete_file
 
 
 def read_position_deletes(io: FileIO, delete_file: DataFile) -> pa.Table:

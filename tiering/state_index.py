@@ -3,7 +3,7 @@
 A tiering round must delete the old row of every key it changes. It reads only the primary-key columns of the
 data files of the touched ``(partition, bucket)``s, numbers their rows (the Iceberg position), keeps the
 positions of touched keys and drops those already deleted by earlier delete files. Data files and delete files
-are immutable, so their key columns and deleted positions are cached by file path in the :class:`StateIndex`
+are immutable, so their key columns and deleted positions (and manifests' entries) are cached by file path in the :class:`StateIndex`
 of a :class:`~tiering.Lake` (bounded; least recently used first out): a tiering process reads the key columns
 of a file once, and after its first round only the files the previous round added.
 """
@@ -26,6 +26,7 @@ __all__ = ["FILE", "POS", "StateIndex", "state_index"]
 
 FILE, POS = "__file", "__pos"
 _DEFAULT_MAX_ROWS = 50_000_000
+_MAX_MANIFESTS = 4096
 _INDEXES: weakref.WeakKeyDictionary[Any, StateIndex] = weakref.WeakKeyDictionary()
 _INDEXES_LOCK = threading.Lock()
 
@@ -44,6 +45,7 @@ class StateIndex:
         self.max_rows = max_rows
         self._frames: OrderedDict[tuple[str, tuple[str, ...]], pl.DataFrame] = OrderedDict()
         self._rows = 0
+        self._entries: OrderedDict[str, list[Any]] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -105,6 +107,21 @@ class StateIndex:
         if not frames:
             return pl.DataFrame(schema={"file_path": pl.String, "pos": pl.Int64})
         return pl.concat(frames, how="vertical_relaxed")
+
+    def entries(self, io: FileIO, manifests: Sequence[Any]) -> list[Any]:
+        """The live entries of some manifests (read once per manifest file: manifests never change)."""
+        from pyiceberg.utils.concurrent import ExecutorFactory
+
+        found = {m.manifest_path: self._entries.get(m.manifest_path) for m in manifests}
+        missing = [m for m in manifests if found[m.manifest_path] is None]
+        for m, read in zip(missing, ExecutorFactory.get_or_create().map(
+                lambda m: m.fetch_manifest_entry(io, discard_deleted=True), missing), strict=True):
+            found[m.manifest_path] = read
+            with self._lock:
+                self._entries[m.manifest_path] = read
+                while len(self._entries) > _MAX_MANIFESTS:
+                    self._entries.popitem(last=False)
+        return [e for m in manifests for e in found[m.manifest_path]]  # type: ignore[union-attr]
 
     def live_positions(self, table: IcebergTable, tasks: Sequence[Any], keys: pl.DataFrame,
                        primary_key: Sequence[str]) -> pl.DataFrame:
