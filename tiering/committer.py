@@ -22,6 +22,7 @@ import dataclasses
 import random
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -215,23 +216,30 @@ def _round(live: Table, lake: Lake, kind: LakeKind, main: IcebergTable, history:
     if not (need_main or need_history):
         return TableTieringReport(**report, seconds=time.perf_counter() - started)
     log = _read_log(live, now, read_from)
-    if history is not None and need_history:
-        rows = _since(log, hist_starts)
-        new = LakeSnapshot(None, dict(end), table_id, tiered_at, ids)
-        report["history_snapshot_id"] = _commit(history, lambda tx, props: tx.append(
-            to_lake_rows(rows, lake_arrow_schema(live.schema, "history")), snapshot_properties=props), new)
-        report["history_rows"] = rows.height
-        report["committed"] = True
-    if need_main:
-        rows = _since(log, starts)
-        new = LakeSnapshot(None, tiered, table_id, tiered_at, ids)
-        if kind == "log":
-            report["snapshot_id"] = _commit(main, lambda tx, props: tx.append(
-                to_lake_rows(rows, lake_arrow_schema(live.schema, "log")), snapshot_properties=props), new)
-        else:
-            report.update(_merge_commit(live, lake, main, rows, base, bootstrap, new))
-        report["rows"] = rows.height
-        report["committed"] = True
+    # the history table's commit runs beside the current state's (two tables, two commits with their own
+    # offsets: either may land first, as after a crash between them)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiering-history") as pool:
+        history_job = None
+        if history is not None and need_history:
+            history_rows = _since(log, hist_starts)
+            history_new = LakeSnapshot(None, dict(end), table_id, tiered_at, ids)
+            history_job = pool.submit(_commit, history, lambda tx, props: tx.append(
+                to_lake_rows(history_rows, lake_arrow_schema(live.schema, "history")), snapshot_properties=props),
+                history_new)
+            report["history_rows"] = history_rows.height
+        if need_main:
+            rows = _since(log, starts)
+            new = LakeSnapshot(None, tiered, table_id, tiered_at, ids)
+            if kind == "log":
+                report["snapshot_id"] = _commit(main, lambda tx, props: tx.append(
+                    to_lake_rows(rows, lake_arrow_schema(live.schema, "log")), snapshot_properties=props), new)
+            else:
+                report.update(_merge_commit(live, lake, main, rows, base, bootstrap, new))
+            report["rows"] = rows.height
+            report["committed"] = True
+        if history_job is not None:
+            report["history_snapshot_id"] = history_job.result()
+            report["committed"] = True
     return TableTieringReport(**report, seconds=time.perf_counter() - started)
 
 
