@@ -230,6 +230,14 @@ class Lake:
             removed.update(_expire_files(table, live, existing))
         return sorted(removed)  # type: ignore[type-var]
 
+    def remove_orphan_files(self, path: str | TablePath, *, older_than_s: float = 3600.0,
+                            dry_run: bool = False) -> list[Any]:
+        """Delete files of the lake tables of `path` that no snapshot references (left by killed rounds) and that
+        are older than `older_than_s`; see :func:`tiering.orphans.remove_orphan_files`."""
+        from tiering.orphans import remove_orphan_files
+
+        return remove_orphan_files(self, path, older_than_s=older_than_s, dry_run=dry_run)
+
     def drop(self, path: str | TablePath) -> None:
         """Drop the lake table of a live table and its history table (their files stay until maintenance)."""
         for kind in ("log", "history"):

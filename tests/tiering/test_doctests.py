@@ -9,7 +9,7 @@ import importlib
 import pytest
 
 MODULES = ["tiering.changes", "tiering.committer", "tiering.compaction", "tiering.lake", "tiering.lake_snapshot",
-           "tiering.reads", "tiering.state_index",
+           "tiering.orphans", "tiering.reads", "tiering.state_index",
            "tiering.schema", "tiering.service"]
 
 
