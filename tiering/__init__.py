@@ -8,7 +8,12 @@ by default). :func:`tier_once` runs one round over the tables with ``table.datal
 """
 
 from tiering.committer import TableTieringReport, tier_table
-from tiering.compaction import CompactionPolicy, CompactionReport, compact_table
+from tiering.compaction import (
+    CompactionPolicy,
+    CompactionReport,
+    compact_history,
+    compact_table,
+)
 from tiering.lake import Lake
 from tiering.lake_snapshot import LakeSnapshot
 from tiering.reads import read_history, read_lake, register_duckdb, union_read
@@ -22,6 +27,7 @@ __all__ = [
            "TableLag",
            "TableTieringReport",
            "TieringService",
+           "compact_history",
            "compact_table",
            "read_history",
            "read_lake",

@@ -38,7 +38,12 @@ from fluss_lake.exceptions import (
 )
 from fluss_lake.metadata.table_path import TablePath
 from tiering.changes import fold_changes
-from tiering.compaction import DEFAULT_COMPACTION, CompactionPolicy, compact_table
+from tiering.compaction import (
+    DEFAULT_COMPACTION,
+    CompactionPolicy,
+    compact_history,
+    compact_table,
+)
 from tiering.lake_snapshot import BucketKey as Key
 from tiering.lake_snapshot import LakeSnapshot
 from tiering.log_reader import LiveOffsets, live_offsets, log_reader
@@ -85,6 +90,7 @@ class TableTieringReport:
     position_deletes: int = 0                                # old rows deleted by position (changed/deleted keys)
     delete_files: int = 0                                    # position-delete files written by the round
     files_compacted: int = 0                                 # data files rewritten by compaction after the round
+    history_files_compacted: int = 0                         # small history files merged after the round
     conflicts: int = 0
     seconds: float = 0.0
 
@@ -130,11 +136,16 @@ def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = Non
         if compaction is not None and report.committed and live.is_primary_key_table:
             try:
                 done = compact_table(live, lake, policy=compaction)
+                history = compact_history(live, lake, policy=compaction)
             except TieringConflictError:  # tiering runs kept committing first: the next round compacts
                 return report
             if done.committed:
                 report = dataclasses.replace(report, files_compacted=done.data_files_rewritten,
-                                             snapshot_id=done.snapshot_id, seconds=time.perf_counter() - started)
+                                             snapshot_id=done.snapshot_id)
+            if history.committed:
+                report = dataclasses.replace(report, history_files_compacted=history.data_files_rewritten,
+                                             history_snapshot_id=history.snapshot_id)
+            report = dataclasses.replace(report, seconds=time.perf_counter() - started)
         return report
     except FlussLakeError:
         raise

@@ -10,6 +10,9 @@ every deleted row is skipped. :func:`compact_table` bounds that, per partition (
   longer match a data file) are replaced by one file holding the deletes of the data files that stay;
 - more than ``max_manifests`` manifests are folded into one per content (data, deletes).
 
+:func:`compact_history` merges the small files the rounds append to a history table (per partition, beyond
+``max_history_files`` of them).
+
 It commits ONE snapshot carrying the current tiering offsets unchanged (with ``commit.retry.num-retries = 0``: a
 tiering round that commits first makes compaction fail and plan again, so offsets never regress and no delete
 is applied twice). Tiering runs it after each primary-key round (``compaction=`` of ``tier_table``,
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
     from fluss_lake.table import Table
     from tiering.lake import Lake
 
-__all__ = ["DEFAULT_COMPACTION", "CompactionPolicy", "CompactionReport", "compact_table"]
+__all__ = ["DEFAULT_COMPACTION", "CompactionPolicy", "CompactionReport", "compact_history", "compact_table"]
 
 _MAX_ATTEMPTS = 20
 
@@ -56,14 +59,16 @@ class CompactionPolicy:
     delete_ratio: float = 0.3        # rewrite a data file once this fraction of its rows is deleted
     max_delete_files: int = 16       # more delete files than this in a partition: merge them into one
     max_manifests: int = 64          # more manifests than this: fold them into one per content
+    max_history_files: int = 32      # history table: more small files than this in a partition: merge them
+    small_file_rows: int = 1_000_000  # history table: files with fewer rows are small
 
     def __post_init__(self) -> None:
         if not 0 < self.delete_ratio <= 1:
             raise InvalidConfigError(f"delete_ratio must be in (0, 1], got {self.delete_ratio}; e.g. 0.3 rewrites a "
                                      "data file once 30% of its rows are deleted")
-        if self.max_delete_files < 1 or self.max_manifests < 2:
-            raise InvalidConfigError(f"max_delete_files must be >= 1 and max_manifests >= 2, got "
-                                     f"{self.max_delete_files} and {self.max_manifests}")
+        if self.max_delete_files < 1 or self.max_manifests < 2 or self.max_history_files < 1:
+            raise InvalidConfigError(f"max_delete_files and max_history_files must be >= 1 and max_manifests >= 2, "
+                                     f"got {self.max_delete_files}, {self.max_history_files} and {self.max_manifests}")
 
 
 DEFAULT_COMPACTION = CompactionPolicy()
@@ -124,6 +129,80 @@ def compact_table(live: Table, lake: Lake, *, policy: CompactionPolicy | None = 
             continue  # a tiering round committed first: plan again on its snapshot
     raise TieringConflictError(f"compacting {live.path}: tiering committed first {_MAX_ATTEMPTS} times in a row; "
                                "try again")
+
+
+def compact_history(live: Table, lake: Lake, *, policy: CompactionPolicy | None = None) -> CompactionReport:
+    """Merge the small files of a primary-key table's history table (each round appends a few per partition).
+
+    In each partition with more than ``max_history_files`` files under ``small_file_rows`` rows, those files are
+    rewritten as one; more than ``max_manifests`` manifests are folded. One commit carrying the offsets, as
+    :func:`compact_table`; tiering runs it after each primary-key round.
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl, tiering
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.t", schema={"k": "INT"}, primary_key=["k"], options={"table.datalake.enabled": True})
+    >>> t = conn.get_table("d.t"); lake = tiering.Lake.for_connection(conn)
+    >>> for k in range(3):
+    ...     _ = t.upsert([{"k": k}]); _ = tiering.tier_once(conn, lake, compaction=None)
+    >>> compact_history(t, lake, policy=CompactionPolicy(max_history_files=2)).data_files_rewritten
+    3
+    >>> tiering.read_history(lake, "d.t").collect().height
+    3
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    policy = policy or CompactionPolicy()
+    started = time.perf_counter()
+    for _attempt in range(_MAX_ATTEMPTS):
+        table = lake.load(live.path, "history")
+        if table is None or table.current_snapshot() is None:
+            return CompactionReport(live.path, seconds=time.perf_counter() - started)
+        try:
+            return _compact_history(live, lake, table, policy, started)
+        except CommitFailedException:
+            continue
+    raise TieringConflictError(f"compacting the history of {live.path}: tiering committed first {_MAX_ATTEMPTS} "
+                               "times in a row; try again")
+
+
+def _compact_history(live: Table, lake: Lake, table: Any, policy: CompactionPolicy,
+                     started: float) -> CompactionReport:
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+    from pyiceberg.table import FileScanTask
+
+    from tiering.deletes import RowDelta
+
+    snapshot = table.current_snapshot()
+    manifests = snapshot.manifests(table.io)
+    data = [e.data_file for e in state_index(lake).entries(table.io, manifests)]
+    small: dict[Any, list[Any]] = {}
+    for f in data:
+        if f.record_count < policy.small_file_rows:
+            small.setdefault(_partition_of(f), []).append(f)
+    merge = [f for files in small.values() if len(files) > policy.max_history_files for f in files]
+    if not merge and len(manifests) <= policy.max_manifests:
+        return CompactionReport(live.path, snapshot_id=snapshot.snapshot_id, manifests_before=len(manifests),
+                                manifests_after=len(manifests), seconds=time.perf_counter() - started)
+    rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(
+        [FileScanTask(f) for f in merge]) if merge else None
+    offsets = LakeSnapshot.of_table(table)
+    props = offsets.summary_properties() if offsets.table_id is not None else {}
+    with table.transaction() as tx, RowDelta(tx, table.io, snapshot_properties=props, merge_manifests=True) as delta:
+        for f in merge:
+            delta.delete_data_file(f)
+        if rows is not None and rows.num_rows:
+            target = pa.schema(tx.table_metadata.schema().as_arrow())
+            for f in _dataframe_to_data_files(table_metadata=tx.table_metadata, df=rows.cast(target), io=table.io,
+                                              write_uuid=delta.commit_uuid):
+                delta.append_data_file(f)
+    current = table.current_snapshot()
+    return CompactionReport(live.path, committed=True, snapshot_id=current.snapshot_id if current else None,
+                            data_files_rewritten=len(merge), rows_rewritten=rows.num_rows if rows is not None else 0,
+                            manifests_before=len(manifests), manifests_after=len(current.manifests(table.io)),
+                            seconds=time.perf_counter() - started)
 
 
 def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, force: bool,

@@ -15,7 +15,13 @@ from tiering_helpers import LAKE_ON, lake_rows, sorted_rows
 
 import tiering.deletes
 from fluss_lake.exceptions import InvalidConfigError
-from tiering import tier_table
+from tiering import (
+    CompactionPolicy,
+    LakeSnapshot,
+    compact_history,
+    read_history,
+    tier_table,
+)
 from tiering.cli import main as cli_main
 from tiering.orphans import remove_orphan_files
 
@@ -100,3 +106,34 @@ def test_cli_removes_orphans_with_once_and_refuses_a_bad_grace(local, monkeypatc
     assert cli_main(["tier", "--continuous", "--store", store, "--remove-orphan-files"]) == 2
     with pytest.raises(InvalidConfigError, match="older_than_s"):
         remove_orphan_files(lake, "d.kv", older_than_s=-1)
+
+
+def test_history_small_files_are_merged_with_the_same_rows_and_offsets(local):
+    conn, lake = local
+    conn.create_table("d.kv", schema={"k": "BIGINT", "v": "STRING"}, primary_key=["k"], bucket_num=2,
+                      options=LAKE_ON)
+    kv = conn.get_table("d.kv")
+    for r in range(6):  # six rounds: about six small history files per bucket partition
+        kv.upsert(pl.DataFrame({"k": range(r, r + 20), "v": [str(r)] * 20}))
+        tier_table(kv, lake, compaction=None)
+    history = lake.load("d.kv", "history")
+    before_files = [t.file for t in history.scan().plan_files()]
+    before_rows = sorted_rows(read_history(lake, "d.kv").collect(), ["__bucket", "__offset", "__change_type", "k", "v"])
+    offsets = LakeSnapshot.of_table(history).offsets
+    report = compact_history(kv, lake, policy=CompactionPolicy(max_history_files=4))
+    assert report.committed and report.data_files_rewritten == len(before_files) >= 10
+    history = lake.load("d.kv", "history")
+    after_files = [t.file for t in history.scan().plan_files()]
+    assert len(after_files) == 2  # one per bucket partition
+    assert sorted_rows(read_history(lake, "d.kv").collect(),
+                       ["__bucket", "__offset", "__change_type", "k", "v"]) == before_rows
+    assert LakeSnapshot.of_table(history).offsets == offsets
+    assert not compact_history(kv, lake, policy=CompactionPolicy(max_history_files=4)).committed
+    for r in range(6):  # the rounds run it themselves with their policy
+        kv.upsert([{"k": 100 + r, "v": "x"}])
+        last = tier_table(kv, lake, compaction=CompactionPolicy(max_history_files=3))
+        if last.history_files_compacted:
+            break
+    assert last.history_files_compacted >= 4
+    assert last.history_snapshot_id == lake.load("d.kv", "history").current_snapshot().snapshot_id
+    assert read_history(lake, "d.kv").collect().height == sum(1 for _ in kv.changelog().iter_rows())
