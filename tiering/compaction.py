@@ -219,8 +219,9 @@ def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, forc
     entries = index.entries(table.io, manifests)
     data = [e.data_file for e in entries if not is_delete_file(e.data_file)]
     deletes = [e.data_file for e in entries if is_delete_file(e.data_file)]
-    positions = index.deleted(table.io, deletes).unique()
-    by_file = dict(positions.group_by("file_path").len().iter_rows()) if positions.height else {}
+    # deleted rows per data file (a round never deletes a position twice: counts add up)
+    counts = index.delete_counts(table.io, deletes)
+    by_file = dict(counts.group_by("file_path").agg(pl.col("len").sum()).iter_rows()) if counts.height else {}
     rewrite = [f for f in data if by_file.get(f.file_path, 0) and
                (force or by_file[f.file_path] >= policy.delete_ratio * f.record_count)]
     part = _partition_of
@@ -237,7 +238,8 @@ def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, forc
     rewrite_paths = {f.file_path for f in rewrite}
     # deletes that stay: positions in data files that stay, of the partitions whose delete files are replaced
     redo_paths = {f.file_path for f in data if part(f) in redo} - rewrite_paths
-    stay = positions.filter(pl.col("file_path").is_in(sorted(redo_paths))) if positions.height else positions
+    positions = index.deleted(table.io, removed_deletes)
+    stay = positions.filter(pl.col("file_path").is_in(sorted(redo_paths))).unique() if positions.height else positions
     where = {f.file_path: (part(f), f.partition, f.file_path.rsplit("/", 1)[0]) for f in data}
     merged: dict[Any, tuple[Any, str, list[pa.Table]]] = {}
     for (path,), frame in (stay.partition_by("file_path", as_dict=True).items() if stay.height else ()):

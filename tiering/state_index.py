@@ -108,6 +108,19 @@ class StateIndex:
             return pl.DataFrame(schema={"file_path": pl.String, "pos": pl.Int64})
         return pl.concat(frames, how="vertical_relaxed")
 
+    def delete_counts(self, io: FileIO, delete_files: Sequence[Any]) -> pl.DataFrame:
+        """``file_path, len``: how many positions each delete file deletes per data file (cached per file)."""
+        frames = []
+        for f in delete_files:
+            counts = self._get((f.file_path, ("#counts",)))
+            if counts is None:
+                counts = self.deleted(io, [f]).group_by("file_path").len()
+                self._put((f.file_path, ("#counts",)), counts)
+            frames.append(counts)
+        if not frames:
+            return pl.DataFrame(schema={"file_path": pl.String, "len": pl.UInt32})
+        return pl.concat(frames, how="vertical_relaxed")
+
     def entries(self, io: FileIO, manifests: Sequence[Any]) -> list[Any]:
         """The live entries of some manifests (read once per manifest file: manifests never change)."""
         from pyiceberg.utils.concurrent import ExecutorFactory
