@@ -7,9 +7,11 @@ concurrent or stale run gets ``CommitFailedException``: the round refreshes, re-
 again (never regressing them).
 
 - Log tables: append.
-- Primary-key tables: the current-state table gets the changes folded per key and applied copy-on-write to only
-  the data files holding touched keys (in the touched ``__bucket`` partitions); the history table appends
-  every changelog row with its ``__change_type``. Each table carries its own offsets, so one may run ahead of
+- Primary-key tables: the current-state table gets the changes folded per key and applied merge-on-read: a
+  position-delete file per touched ``__bucket`` partition deletes the old rows (found from the key columns
+  only, ``tiering.state_index``) and the new after-images are appended, in one snapshot with the offsets;
+  ``tiering.compaction`` runs after the round. The history table appends every changelog row with its
+  ``__change_type``. Each table carries its own offsets, so one may run ahead of
   the other after a crash and the next round catches the other up.
 - A bucket whose un-tiered log has expired (``table.log.ttl``): a primary-key table's current state is
   rebuilt for that bucket from the live state (as Fluss's snapshot split: ``__offset = -1``); a log table's and
