@@ -132,13 +132,13 @@ def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = Non
     started = time.perf_counter()
     clock = clock or live.connection.clock
     try:
-        report = _tier(live, lake, clock, started)
+        report, main, history_table = _tier(live, lake, clock, started)
         if expire_partitions and live.is_partitioned:
             lake.expire_partitions(live)
         if compaction is not None and report.committed and live.is_primary_key_table:
             try:
-                done = compact_table(live, lake, policy=compaction)
-                history = compact_history(live, lake, policy=compaction)
+                done = compact_table(live, lake, policy=compaction, table=main)  # loaded and current: no reload
+                history = compact_history(live, lake, policy=compaction, table=history_table)
             except TieringConflictError:  # tiering runs kept committing first: the next round compacts
                 return report
             if done.committed:
@@ -158,7 +158,8 @@ def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = Non
         raise
 
 
-def _tier(live: Table, lake: Lake, clock: Callable[[], int], started: float) -> TableTieringReport:
+def _tier(live: Table, lake: Lake, clock: Callable[[], int],
+          started: float) -> tuple[TableTieringReport, IcebergTable, IcebergTable | None]:
     from pyiceberg.exceptions import CommitFailedException
 
     kind = live_kind(live)
@@ -170,7 +171,7 @@ def _tier(live: Table, lake: Lake, clock: Callable[[], int], started: float) -> 
         try:
             main = lake.ensure(live, kind)
             history = lake.ensure(live, "history") if kind == "primary-key" else None
-            return _round(live, lake, kind, main, history, offsets, tiered_at, conflicts, started)
+            return _round(live, lake, kind, main, history, offsets, tiered_at, conflicts, started), main, history
         except (_Conflict, CommitFailedException):  # a metadata update (ensure) can race too
             conflicts += 1
             time.sleep(random.uniform(0, 0.02 * min(conflicts, 10)))  # jitter: two runs in lockstep drift apart

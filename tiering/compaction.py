@@ -91,12 +91,13 @@ class CompactionReport:
     seconds: float = 0.0
 
 
-def compact_table(live: Table, lake: Lake, *, policy: CompactionPolicy | None = None,
-                  force: bool = False) -> CompactionReport:
+def compact_table(live: Table, lake: Lake, *, policy: CompactionPolicy | None = None, force: bool = False,
+                  table: Any = None) -> CompactionReport:
     """Compact the current-state lake table of primary-key table `live` (see the module docstring).
 
-    `force` rewrites every data file with a deleted row and removes every delete file. Returns a report
-    (``committed=False`` when nothing needed doing). Log and history tables have no deletes: nothing to do.
+    `force` rewrites every data file with a deleted row and removes every delete file. `table`: the lake table
+    if already loaded (saves a catalog load; reloaded if a concurrent commit makes the first attempt fail).
+    Returns a report (``committed=False`` when nothing needed doing). Log tables have no deletes: nothing to do.
 
     Examples
     --------
@@ -119,8 +120,9 @@ def compact_table(live: Table, lake: Lake, *, policy: CompactionPolicy | None = 
     started = time.perf_counter()
     if not live.is_primary_key_table:
         return CompactionReport(live.path)
-    for _attempt in range(_MAX_ATTEMPTS):
-        table = lake.load(live.path, "primary-key")
+    for attempt in range(_MAX_ATTEMPTS):
+        if table is None or attempt:
+            table = lake.load(live.path, "primary-key")
         if table is None or table.current_snapshot() is None:
             return CompactionReport(live.path, seconds=time.perf_counter() - started)
         try:
@@ -131,12 +133,14 @@ def compact_table(live: Table, lake: Lake, *, policy: CompactionPolicy | None = 
                                "try again")
 
 
-def compact_history(live: Table, lake: Lake, *, policy: CompactionPolicy | None = None) -> CompactionReport:
+def compact_history(live: Table, lake: Lake, *, policy: CompactionPolicy | None = None,
+                    table: Any = None) -> CompactionReport:
     """Merge the small files of a primary-key table's history table (each round appends a few per partition).
 
     In each partition with more than ``max_history_files`` files under ``small_file_rows`` rows, those files are
     rewritten as one; more than ``max_manifests`` manifests are folded. One commit carrying the offsets, as
-    :func:`compact_table`; tiering runs it after each primary-key round.
+    :func:`compact_table` (`table`: the history table if already loaded); tiering runs it after each primary-key
+    round.
 
     Examples
     --------
@@ -155,8 +159,9 @@ def compact_history(live: Table, lake: Lake, *, policy: CompactionPolicy | None 
 
     policy = policy or CompactionPolicy()
     started = time.perf_counter()
-    for _attempt in range(_MAX_ATTEMPTS):
-        table = lake.load(live.path, "history")
+    for attempt in range(_MAX_ATTEMPTS):
+        if table is None or attempt:
+            table = lake.load(live.path, "history")
         if table is None or table.current_snapshot() is None:
             return CompactionReport(live.path, seconds=time.perf_counter() - started)
         try:
