@@ -43,6 +43,7 @@ from tiering.changes import fold_changes
 from tiering.compaction import (
     DEFAULT_COMPACTION,
     CompactionPolicy,
+    CompactionReport,
     compact_history,
     compact_table,
 )
@@ -137,8 +138,10 @@ def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = Non
             lake.expire_partitions(live)
         if compaction is not None and report.committed and live.is_primary_key_table:
             try:
-                done = compact_table(live, lake, policy=compaction, table=main)  # loaded and current: no reload
-                history = compact_history(live, lake, policy=compaction, table=history_table)
+                done = compact_table(live, lake, policy=compaction, table=main) if compaction.due(main) \
+                    else CompactionReport(live.path)  # loaded and current: no reload
+                history = compact_history(live, lake, policy=compaction, table=history_table) \
+                    if compaction.due(history_table) else CompactionReport(live.path)
             except TieringConflictError:  # tiering runs kept committing first: the next round compacts
                 return report
             if done.committed:

@@ -58,17 +58,25 @@ class CompactionPolicy:
 
     delete_ratio: float = 0.3        # rewrite a data file once this fraction of its rows is deleted
     max_delete_files: int = 16       # more delete files than this in a partition: merge them into one
-    max_manifests: int = 64          # more manifests than this: fold them into one per content
+    max_manifests: int = 32          # more manifests than this: fold them into one per content
     max_history_files: int = 32      # history table: more small files than this in a partition: merge them
     small_file_rows: int = 1_000_000  # history table: files with fewer rows are small
+    check_every: int = 8             # after tiering rounds: check when the snapshot sequence number is a multiple
+
+    def due(self, table: Any) -> bool:
+        """Whether a tiering round that just committed to `table` should run the check (every `check_every`
+        snapshots by sequence number: a fresh tiering process reads the manifests once per check)."""
+        snapshot = table.current_snapshot() if table is not None else None
+        return snapshot is not None and snapshot.sequence_number % self.check_every == 0
 
     def __post_init__(self) -> None:
         if not 0 < self.delete_ratio <= 1:
             raise InvalidConfigError(f"delete_ratio must be in (0, 1], got {self.delete_ratio}; e.g. 0.3 rewrites a "
                                      "data file once 30% of its rows are deleted")
-        if self.max_delete_files < 1 or self.max_manifests < 2 or self.max_history_files < 1:
-            raise InvalidConfigError(f"max_delete_files and max_history_files must be >= 1 and max_manifests >= 2, "
-                                     f"got {self.max_delete_files}, {self.max_history_files} and {self.max_manifests}")
+        if self.max_delete_files < 1 or self.max_manifests < 2 or self.max_history_files < 1 or self.check_every < 1:
+            raise InvalidConfigError(f"max_delete_files, max_history_files and check_every must be >= 1 and "
+                                     f"max_manifests >= 2, got {self.max_delete_files}, {self.max_history_files}, "
+                                     f"{self.check_every} and {self.max_manifests}")
 
 
 DEFAULT_COMPACTION = CompactionPolicy()
@@ -182,6 +190,10 @@ def _compact_history(live: Table, lake: Lake, table: Any, policy: CompactionPoli
 
     snapshot = table.current_snapshot()
     manifests = snapshot.manifests(table.io)
+    if _live_files(manifests) <= policy.max_history_files and len(manifests) <= policy.max_manifests:
+        # from the manifest list alone: no partition can hold too many files (no manifest is read)
+        return CompactionReport(live.path, snapshot_id=snapshot.snapshot_id, manifests_before=len(manifests),
+                                manifests_after=len(manifests), seconds=time.perf_counter() - started)
     data = [e.data_file for e in state_index(lake).entries(table.io, manifests)]
     small: dict[Any, list[Any]] = {}
     for f in data:
@@ -214,12 +226,18 @@ def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, forc
              started: float) -> CompactionReport:
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+    from pyiceberg.manifest import ManifestContent
     from pyiceberg.table import FileScanTask
 
     from tiering.deletes import RowDelta, is_delete_file, write_position_deletes
 
     snapshot = table.current_snapshot()
     manifests = snapshot.manifests(table.io)
+    if not force and len(manifests) <= policy.max_manifests and not _live_files(
+            [m for m in manifests if m.content == ManifestContent.DELETES]):
+        # from the manifest list alone: no delete file, few manifests (no manifest is read)
+        return CompactionReport(live.path, snapshot_id=snapshot.snapshot_id, manifests_before=len(manifests),
+                                manifests_after=len(manifests), seconds=time.perf_counter() - started)
     index = state_index(lake)
     entries = index.entries(table.io, manifests)
     data = [e.data_file for e in entries if not is_delete_file(e.data_file)]
@@ -277,6 +295,11 @@ def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, forc
                             delete_files_removed=len(removed_deletes), delete_files_written=len(written),
                             manifests_before=len(manifests), manifests_after=len(current.manifests(table.io)),
                             seconds=time.perf_counter() - started)
+
+
+def _live_files(manifests: list[Any]) -> int:
+    """Live (added or existing) files the manifests list, from the manifest list's counts."""
+    return sum((m.added_files_count or 0) + (m.existing_files_count or 0) for m in manifests)
 
 
 def _partition_of(data_file: Any) -> tuple[int, tuple[Any, ...]]:

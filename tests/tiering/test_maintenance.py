@@ -131,7 +131,7 @@ def test_history_small_files_are_merged_with_the_same_rows_and_offsets(local):
     assert not compact_history(kv, lake, policy=CompactionPolicy(max_history_files=4)).committed
     for r in range(6):  # the rounds run it themselves with their policy
         kv.upsert([{"k": 100 + r, "v": "x"}])
-        last = tier_table(kv, lake, compaction=CompactionPolicy(max_history_files=3))
+        last = tier_table(kv, lake, compaction=CompactionPolicy(max_history_files=3, check_every=1))
         if last.history_files_compacted:
             break
     assert last.history_files_compacted >= 4

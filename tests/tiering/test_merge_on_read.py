@@ -75,7 +75,8 @@ def test_random_upserts_and_deletes_keep_the_lake_equal_to_live_through_every_re
     rounds = 8 if setup == "local" else 3
     for r in range(rounds):
         _random_round(live, rng, keys=300, n=120)
-        report = tier_table(live, lake, compaction=None if r < rounds - 2 else CompactionPolicy(delete_ratio=0.2))
+        report = tier_table(live, lake, compaction=None if r < rounds - 2 else
+                            CompactionPolicy(delete_ratio=0.2, check_every=1))
         assert report.committed
         _assert_lake_equals_live(live, lake, conn)
         if r:
@@ -161,7 +162,7 @@ def test_compaction_rewrites_heavily_deleted_files_and_merges_delete_files(local
     assert not compact_table(live, lake, force=True).committed  # nothing left to do: no commit
     # the tiering round runs compaction itself with its policy
     live.upsert(pl.DataFrame({"region": [1] * 120, "id": range(120), "v": [9] * 120, "s": ["z"] * 120}))
-    report = tier_table(live, lake, compaction=CompactionPolicy(delete_ratio=0.5))
+    report = tier_table(live, lake, compaction=CompactionPolicy(delete_ratio=0.5, check_every=1))
     assert report.files_compacted >= 1 and report.snapshot_id == lake.load(live.path).current_snapshot().snapshot_id
     _assert_lake_equals_live(live, lake, conn)
 
@@ -225,7 +226,8 @@ def test_bad_compaction_policies_are_refused(local):
     live.upsert([{"region": 0, "id": 1, "v": 1, "s": "a"}])
     tier_table(live, lake)
     before = lake.load(live.path).current_snapshot().snapshot_id
-    for bad in ({"delete_ratio": 0}, {"delete_ratio": 1.5}, {"max_delete_files": 0}, {"max_manifests": 1}):
+    for bad in ({"delete_ratio": 0}, {"delete_ratio": 1.5}, {"max_delete_files": 0}, {"max_manifests": 1},
+                {"check_every": 0}):
         with pytest.raises(InvalidConfigError, match="must be"):
             compact_table(live, lake, policy=CompactionPolicy(**bad))
     assert lake.load(live.path).current_snapshot().snapshot_id == before
