@@ -212,6 +212,7 @@ def test_concurrent_tiering_of_a_partitioned_table_with_new_partitions_keeps_exa
     _pk_table(conn)
     stop = threading.Event()
     errors: list[BaseException] = []
+    written = [0]
 
     def writer() -> None:
         log, pk = conn.get_table("d.pl"), conn.get_table("d.pk")
@@ -221,13 +222,16 @@ def test_concurrent_tiering_of_a_partitioned_table_with_new_partitions_keeps_exa
             log.append([{"day": day, "v": i}, {"day": day, "v": i + 1}])
             pk.upsert([{"day": day, "k": i % 7, "v": str(i)}])
             i += 2
+            written[0] = i
             stop.wait(0.01)
 
     def tierer(seed: int) -> None:
         own = fl.connect(conn.url, local_dir=str(conn.local_dir) + f"-t{seed}")
         try:
-            for _ in range(4):
+            rounds = 0
+            while (rounds < 4 or written[0] < 82) and rounds < 200:  # on until a third partition appeared
                 tier_once(own, Lake(lake.properties))
+                rounds += 1
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
