@@ -37,6 +37,12 @@ def register(subparsers: Any) -> None:
                         help="tier only this table (repeat; default: every table with table.datalake.enabled)")
     parser.add_argument("--expire-partitions", action="store_true",
                         help="also delete the lake data of partitions dropped live (default: the lake keeps it)")
+    parser.add_argument("--remove-orphan-files", action="store_true",
+                        help="with --once: then delete lake files no snapshot references (left by killed rounds) "
+                             "that are older than --orphan-grace")
+    parser.add_argument("--orphan-grace", type=float, default=3600.0, metavar="SECONDS",
+                        help="keep unreferenced files younger than this (a round may still be writing them; "
+                             "default 3600)")
     parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
                         help="with --continuous: stop after this many seconds")
     parser.set_defaults(func=run)
@@ -56,8 +62,14 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     _say(out, f"live store {conn.url} -> lake {lake!r}")
+    if args.remove_orphan_files and not args.once:
+        print("error: --remove-orphan-files runs with --once", file=sys.stderr)
+        return 2
     if args.once:
-        return _once(conn, lake, args.table, out, expire=args.expire_partitions)
+        code = _once(conn, lake, args.table, out, expire=args.expire_partitions)
+        if code == 0 and args.remove_orphan_files:
+            code = _orphans(conn, lake, args.table, args.orphan_grace, out)
+        return code
     return _continuous(conn, lake, args.table, args.duration, out, expire=args.expire_partitions)
 
 
@@ -106,6 +118,21 @@ def _once(conn: Any, lake: Any, tables: list[str] | None, out: TextIO, *, expire
         return 1
     rows = sum(r.rows for r in reports)
     _say(out, f"tiered {len(reports)} table(s), {rows} rows in {time.perf_counter() - started:.2f} s")
+    return 0
+
+
+def _orphans(conn: Any, lake: Any, tables: list[str] | None, grace: float, out: TextIO) -> int:
+    from tiering.orphans import remove_orphan_files
+    from tiering.service import _resolve
+
+    try:
+        for path in _resolve(conn, tables):
+            for report in remove_orphan_files(lake, path, older_than_s=grace):
+                _say(out, f"  {report.table:<30} removed {len(report.removed)} orphan file(s), kept "
+                          f"{len(report.too_recent)} younger than {grace:g} s")
+    except FlussLakeError as exc:
+        _say(out, f"error: {exc}")
+        return 1
     return 0
 
 

@@ -7,9 +7,11 @@ concurrent or stale run gets ``CommitFailedException``: the round refreshes, re-
 again (never regressing them).
 
 - Log tables: append.
-- Primary-key tables: the current-state table gets the changes folded per key and applied copy-on-write to only
-  the data files holding touched keys (in the touched ``__bucket`` partitions); the history table appends
-  every changelog row with its ``__change_type``. Each table carries its own offsets, so one may run ahead of
+- Primary-key tables: the current-state table gets the changes folded per key and applied merge-on-read: a
+  position-delete file per touched ``__bucket`` partition deletes the old rows (found from the key columns
+  only, ``tiering.state_index``) and the new after-images are appended, in one snapshot with the offsets;
+  ``tiering.compaction`` runs after the round. The history table appends every changelog row with its
+  ``__change_type``. Each table carries its own offsets, so one may run ahead of
   the other after a crash and the next round catches the other up.
 - A bucket whose un-tiered log has expired (``table.log.ttl``): a primary-key table's current state is
   rebuilt for that bucket from the live state (as Fluss's snapshot split: ``__offset = -1``); a log table's and
@@ -18,10 +20,11 @@ again (never regressing them).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
-import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +40,13 @@ from fluss_lake.exceptions import (
 )
 from fluss_lake.metadata.table_path import TablePath
 from tiering.changes import fold_changes
+from tiering.compaction import (
+    DEFAULT_COMPACTION,
+    CompactionPolicy,
+    CompactionReport,
+    compact_history,
+    compact_table,
+)
 from tiering.lake_snapshot import BucketKey as Key
 from tiering.lake_snapshot import LakeSnapshot
 from tiering.log_reader import LiveOffsets, live_offsets, log_reader
@@ -51,6 +61,7 @@ from tiering.schema import (
     lake_arrow_schema,
     to_lake_rows,
 )
+from tiering.state_index import state_index
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table as IcebergTable
@@ -61,7 +72,6 @@ if TYPE_CHECKING:
 __all__ = ["TableTieringReport", "live_kind", "tier_table"]
 
 _MAX_CONFLICTS = 20
-_WHOLE_READ_RATIO = 100  # touched keys x this >= candidate rows: read candidate files whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +89,11 @@ class TableTieringReport:
     snapshot_id: int | None = None
     history_snapshot_id: int | None = None
     committed: bool = False
-    files_rewritten: int = 0
+    files_rewritten: int = 0                                 # data files replaced (buckets rebuilt, compaction)
+    position_deletes: int = 0                                # old rows deleted by position (changed/deleted keys)
+    delete_files: int = 0                                    # position-delete files written by the round
+    files_compacted: int = 0                                 # data files rewritten by compaction after the round
+    history_files_compacted: int = 0                         # small history files merged after the round
     conflicts: int = 0
     seconds: float = 0.0
 
@@ -90,13 +104,17 @@ def live_kind(live: Table) -> LakeKind:
 
 
 def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = None,
-               expire_partitions: bool = False) -> TableTieringReport:
+               expire_partitions: bool = False,
+               compaction: CompactionPolicy | None = DEFAULT_COMPACTION) -> TableTieringReport:
     """Tier everything committed to `live` so far into the lake, exactly once (see the module docstring).
 
     A partitioned table is tiered partition by partition in the same round and the same commit: offsets are
     keyed by ``(partition name, bucket)`` in the report and the snapshot summary; partitions created since the
     last round start at offset 0; a partition dropped live keeps its lake data (its offsets leave the summary)
     unless `expire_partitions` (then :meth:`Lake.expire_partitions` runs after the round).
+
+    A primary-key round that committed is followed by :func:`~tiering.compact_table` with the `compaction`
+    policy (``None``: never), which rewrites only what deletes piled up on (a separate commit; usually a no-op).
 
     Examples
     --------
@@ -115,9 +133,24 @@ def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = Non
     started = time.perf_counter()
     clock = clock or live.connection.clock
     try:
-        report = _tier(live, lake, clock, started)
+        report, main, history_table = _tier(live, lake, clock, started)
         if expire_partitions and live.is_partitioned:
             lake.expire_partitions(live)
+        if compaction is not None and report.committed and live.is_primary_key_table:
+            try:
+                done = compact_table(live, lake, policy=compaction, table=main) if compaction.due(main) \
+                    else CompactionReport(live.path)  # loaded and current: no reload
+                history = compact_history(live, lake, policy=compaction, table=history_table) \
+                    if compaction.due(history_table) else CompactionReport(live.path)
+            except TieringConflictError:  # tiering runs kept committing first: the next round compacts
+                return report
+            if done.committed:
+                report = dataclasses.replace(report, files_compacted=done.data_files_rewritten,
+                                             snapshot_id=done.snapshot_id)
+            if history.committed:
+                report = dataclasses.replace(report, history_files_compacted=history.data_files_rewritten,
+                                             history_snapshot_id=history.snapshot_id)
+            report = dataclasses.replace(report, seconds=time.perf_counter() - started)
         return report
     except FlussLakeError:
         raise
@@ -128,7 +161,8 @@ def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = Non
         raise
 
 
-def _tier(live: Table, lake: Lake, clock: Callable[[], int], started: float) -> TableTieringReport:
+def _tier(live: Table, lake: Lake, clock: Callable[[], int],
+          started: float) -> tuple[TableTieringReport, IcebergTable, IcebergTable | None]:
     from pyiceberg.exceptions import CommitFailedException
 
     kind = live_kind(live)
@@ -140,7 +174,7 @@ def _tier(live: Table, lake: Lake, clock: Callable[[], int], started: float) -> 
         try:
             main = lake.ensure(live, kind)
             history = lake.ensure(live, "history") if kind == "primary-key" else None
-            return _round(live, kind, main, history, offsets, tiered_at, conflicts, started)
+            return _round(live, lake, kind, main, history, offsets, tiered_at, conflicts, started), main, history
         except (_Conflict, CommitFailedException):  # a metadata update (ensure) can race too
             conflicts += 1
             time.sleep(random.uniform(0, 0.02 * min(conflicts, 10)))  # jitter: two runs in lockstep drift apart
@@ -158,7 +192,7 @@ def _public(offsets: Mapping[Key, int], partitioned: bool) -> dict[Any, int]:
     return dict(offsets) if partitioned else {b: o for (_, b), o in offsets.items()}
 
 
-def _round(live: Table, kind: LakeKind, main: IcebergTable, history: IcebergTable | None, now: LiveOffsets,
+def _round(live: Table, lake: Lake, kind: LakeKind, main: IcebergTable, history: IcebergTable | None, now: LiveOffsets,
            tiered_at: int, conflicts: int, started: float) -> TableTieringReport:
     table_id = live.info.table_id
     end, earliest, ids = now.end, now.earliest, now.ids
@@ -199,23 +233,30 @@ def _round(live: Table, kind: LakeKind, main: IcebergTable, history: IcebergTabl
     if not (need_main or need_history):
         return TableTieringReport(**report, seconds=time.perf_counter() - started)
     log = _read_log(live, now, read_from)
-    if history is not None and need_history:
-        rows = _since(log, hist_starts)
-        new = LakeSnapshot(None, dict(end), table_id, tiered_at, ids)
-        report["history_snapshot_id"] = _commit(history, lambda tx, props: tx.append(
-            to_lake_rows(rows, lake_arrow_schema(live.schema, "history")), snapshot_properties=props), new)
-        report["history_rows"] = rows.height
-        report["committed"] = True
-    if need_main:
-        rows = _since(log, starts)
-        new = LakeSnapshot(None, tiered, table_id, tiered_at, ids)
-        if kind == "log":
-            report["snapshot_id"] = _commit(main, lambda tx, props: tx.append(
-                to_lake_rows(rows, lake_arrow_schema(live.schema, "log")), snapshot_properties=props), new)
-        else:
-            report["snapshot_id"], report["files_rewritten"] = _merge_commit(live, main, rows, base, bootstrap, new)
-        report["rows"] = rows.height
-        report["committed"] = True
+    # the history table's commit runs beside the current state's (two tables, two commits with their own
+    # offsets: either may land first, as after a crash between them)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tiering-history") as pool:
+        history_job = None
+        if history is not None and need_history:
+            history_rows = _since(log, hist_starts)
+            history_new = LakeSnapshot(None, dict(end), table_id, tiered_at, ids)
+            history_job = pool.submit(_commit, history, lambda tx, props: tx.append(
+                to_lake_rows(history_rows, lake_arrow_schema(live.schema, "history")), snapshot_properties=props),
+                history_new)
+            report["history_rows"] = history_rows.height
+        if need_main:
+            rows = _since(log, starts)
+            new = LakeSnapshot(None, tiered, table_id, tiered_at, ids)
+            if kind == "log":
+                report["snapshot_id"] = _commit(main, lambda tx, props: tx.append(
+                    to_lake_rows(rows, lake_arrow_schema(live.schema, "log")), snapshot_properties=props), new)
+            else:
+                report.update(_merge_commit(live, lake, main, rows, base, bootstrap, new))
+            report["rows"] = rows.height
+            report["committed"] = True
+        if history_job is not None:
+            report["history_snapshot_id"] = history_job.result()
+            report["committed"] = True
     return TableTieringReport(**report, seconds=time.perf_counter() - started)
 
 
@@ -302,10 +343,14 @@ def _bootstrap_rows(now: LiveOffsets, keys: set[Key]) -> tuple[pl.DataFrame | No
     return pl.concat(frames, how="vertical_relaxed"), offsets
 
 
-def _merge_commit(live: Table, main: IcebergTable, log: pl.DataFrame, base: pl.DataFrame | None,
-                  rebuilt: set[Key], new: LakeSnapshot) -> tuple[int | None, int]:
-    """Apply the folded changes copy-on-write to the data files that hold touched keys; one overwrite commit."""
+def _merge_commit(live: Table, lake: Lake, main: IcebergTable, log: pl.DataFrame, base: pl.DataFrame | None,
+                  rebuilt: set[Key], new: LakeSnapshot) -> dict[str, int | None]:
+    """Apply the folded changes merge-on-read: position deletes for the old rows of changed or deleted keys, the
+    new after-images as new data files, all in ONE snapshot with the new offsets (buckets rebuilt from the
+    live state replace their files wholesale)."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    from tiering.deletes import RowDelta, write_position_deletes
 
     pk = list(live.schema.primary_key)
     target = lake_arrow_schema(live.schema, "primary-key")
@@ -313,21 +358,42 @@ def _merge_commit(live: Table, main: IcebergTable, log: pl.DataFrame, base: pl.D
     upserts = to_lake_rows(upserts, target) if upserts.height else target.empty_table()
     touched = _as_lake_types(touched, target, pk)
     touched_keys: set[Key] = set(log.select(PARTITION, "_bucket").unique().iter_rows()) if log.height else set()
-    old_files, kept = _touched_files(live, main, touched, touched_keys, rebuilt, pk)
-    parts = [conform(frame, target) for frame in (kept, base) if frame is not None and frame.height]
+    tasks = _partition_tasks(live, main, touched_keys | rebuilt)
+    dropped = [t for t, key in tasks if key in rebuilt]  # replaced wholesale by the live state
+    candidates = [t for t, key in tasks if key not in rebuilt]
+    hits = state_index(lake).live_positions(main, candidates, touched, pk)
+    removed = {f.file_path: f for t in dropped for f in (t.file, *t.delete_files)}
+    parts = [conform(base, target)] if base is not None and base.height else []
     parts = [t for t in (*parts, upserts) if t.num_rows]
     rows = pa.concat_tables(parts).cast(target) if parts else target.empty_table()
+    files = {t.file.file_path: t.file for t in candidates}
+    per_partition: dict[Any, list[pa.Table]] = {}
+    for (path,), positions in hits.partition_by("file_path", as_dict=True).items() if hits.height else ():
+        per_partition.setdefault(files[path].partition, []).append(positions.to_arrow())  # type: ignore[index]
+    deletes = [(partition, _folder(frames[0]["file_path"][0].as_py()), pa.concat_tables(frames))
+               for partition, frames in per_partition.items()]
+    written: list[Any] = []
 
     def write(tx: Any, props: dict[str, str]) -> None:
-        with tx.update_snapshot(snapshot_properties=props).overwrite() as overwrite:
-            for data_file in old_files:
-                overwrite.delete_data_file(data_file)
+        with RowDelta(tx, main.io, snapshot_properties=props) as delta:
+            for data_file in removed.values():
+                delta.delete_data_file(data_file)
             if rows.num_rows:
                 for data_file in _dataframe_to_data_files(table_metadata=tx.table_metadata, df=rows, io=main.io,
-                                                          write_uuid=overwrite.commit_uuid or uuid.uuid4()):
-                    overwrite.append_data_file(data_file)
+                                                          write_uuid=delta.commit_uuid):
+                    delta.append_data_file(data_file)
+            written[:] = write_position_deletes(main.io, tx.table_metadata.default_spec_id, deletes)
+            for delete_file in written:
+                delta.add_delete_file(delete_file)
 
-    return _commit(main, write, new), len(old_files)
+    snapshot_id = _commit(main, write, new)
+    return {"snapshot_id": snapshot_id, "files_rewritten": len(dropped), "position_deletes": hits.height,
+            "delete_files": len(written)}
+
+
+def _folder(path: str) -> str:
+    """The folder of a data file (its partition's folder): delete files go beside the data they delete from."""
+    return path.rsplit("/", 1)[0]
 
 
 def _as_lake_types(keys: pl.DataFrame, target: pa.Schema, pk: list[str]) -> pl.DataFrame:
@@ -337,48 +403,19 @@ def _as_lake_types(keys: pl.DataFrame, target: pa.Schema, pk: list[str]) -> pl.D
     return frame
 
 
-def _touched_files(live: Table, main: IcebergTable, touched: pl.DataFrame, keys: set[Key], rebuilt: set[Key],
-                   pk: list[str]) -> tuple[list[Any], pl.DataFrame | None]:
-    """Data files of the touched (partition, bucket)s that hold a touched key (all files of rebuilt buckets), and
-    their rows that stay (those without a touched key)."""
-    from pyiceberg.expressions import AlwaysTrue, In
-    from pyiceberg.io.pyarrow import ArrowScan
+def _partition_tasks(live: Table, main: IcebergTable, keys: set[Key]) -> list[tuple[Any, Key]]:
+    """Scan tasks (data file + its delete files) of the given (partition, bucket)s, from the manifests alone."""
+    from pyiceberg.expressions import In
 
-    if main.current_snapshot() is None or not (keys | rebuilt):
-        return [], None
-    scan = main.scan(row_filter=In(BUCKET, sorted({b for _, b in keys | rebuilt})))
-    tasks = []
+    if main.current_snapshot() is None or not keys:
+        return []
+    scan = main.scan(row_filter=In(BUCKET, sorted({b for _, b in keys})))
+    found = []
     for task in scan.plan_files():  # manifests give each file's partition: keep the touched partitions' files
         key = file_key(main, task.file, live.schema, live.partition_keys)
-        if key in keys or key in rebuilt:
-            tasks.append((task, key))
-    if not tasks:
-        return [], None
-    metadata, schema = main.metadata, main.schema()
-    key_schema = schema.select(*pk, BUCKET)
-    rewrite: list[Any] = []
-    kept_parts: list[pl.DataFrame] = []
-    touched_keys = touched.lazy()
-    candidates = [t for t, key in tasks if key not in rebuilt]
-    dropped = [t for t, key in tasks if key in rebuilt]  # replaced wholesale by the live state
-    # Many changes per row of the candidate files: nearly every file holds a touched key, so read each file whole
-    # once. Few changes: read only the key columns first, then whole rows of the files that hold a touched key.
-    whole = touched.height * _WHOLE_READ_RATIO >= sum(t.file.record_count for t in candidates)
-    for task in candidates:
-        frame = pl.from_arrow(ArrowScan(metadata, main.io, schema if whole else key_schema, AlwaysTrue()).to_table([task]))
-        assert isinstance(frame, pl.DataFrame)
-        if frame.lazy().join(touched_keys, on=pk, how="semi").limit(1).collect().height:
-            rewrite.append(task)
-            if whole:
-                kept_parts.append(frame.join(touched, on=pk, how="anti", nulls_equal=True))
-    old_files = [t.file for t in dropped] + [t.file for t in rewrite]
-    if not rewrite:
-        return old_files, None
-    if not whole:
-        full = pl.from_arrow(ArrowScan(metadata, main.io, schema, AlwaysTrue()).to_table(rewrite))
-        assert isinstance(full, pl.DataFrame)
-        kept_parts = [full.join(touched, on=pk, how="anti", nulls_equal=True)]
-    return old_files, pl.concat(kept_parts, how="vertical_relaxed")
+        if key in keys:
+            found.append((task, key))
+    return found
 
 
 def _is_unavailable(exc: BaseException) -> bool:

@@ -230,6 +230,14 @@ class Lake:
             removed.update(_expire_files(table, live, existing))
         return sorted(removed)  # type: ignore[type-var]
 
+    def remove_orphan_files(self, path: str | TablePath, *, older_than_s: float = 3600.0,
+                            dry_run: bool = False) -> list[Any]:
+        """Delete files of the lake tables of `path` that no snapshot references (left by killed rounds) and that
+        are older than `older_than_s`; see :func:`tiering.orphans.remove_orphan_files`."""
+        from tiering.orphans import remove_orphan_files
+
+        return remove_orphan_files(self, path, older_than_s=older_than_s, dry_run=dry_run)
+
     def drop(self, path: str | TablePath) -> None:
         """Drop the lake table of a live table and its history table (their files stay until maintenance)."""
         for kind in ("log", "history"):
@@ -250,22 +258,22 @@ def _expire_files(table: IcebergTable, live: Table, existing: set[str]) -> list[
     """Remove the data files of partitions not in `existing` in one commit (re-planned if a tiering round won)."""
     from pyiceberg.exceptions import CommitFailedException
 
+    from tiering.deletes import RowDelta
     from tiering.schema import file_key
 
     for _attempt in range(20):
-        stale = [(task.file, file_key(table, task.file, live.schema, live.partition_keys)[0])
-                 for task in table.scan().plan_files()]
-        stale = [(f, name) for f, name in stale if name not in existing]
+        stale = [(f, file_key(table, task.file, live.schema, live.partition_keys)[0])
+                 for task in table.scan().plan_files() for f in (task.file, *task.delete_files)]
+        stale = list({f.file_path: (f, name) for f, name in stale if name not in existing}.values())
         if not stale:
             return []
         snap = LakeSnapshot.of_table(table)
         keep = LakeSnapshot(None, {k: o for k, o in snap.offsets.items() if k[0] in existing}, snap.table_id,
                             snap.tiered_at_ms, {n: i for n, i in snap.partition_ids.items() if n in existing})
         try:
-            with table.transaction() as tx, \
-                    tx.update_snapshot(snapshot_properties=keep.summary_properties()).overwrite() as overwrite:
-                for data_file, _ in stale:
-                    overwrite.delete_data_file(data_file)
+            with table.transaction() as tx, RowDelta(tx, table.io, snapshot_properties=keep.summary_properties()) as delta:
+                for data_file, _ in stale:  # data files and their position-delete files
+                    delta.delete_data_file(data_file)
         except CommitFailedException:
             table.refresh()
             continue

@@ -1,8 +1,9 @@
 """Reading the lake: lake tables and history as Polars LazyFrames, union reads, and DuckDB views.
 
-Lake tables are written copy-on-write (no delete files) and only ever gain columns, so a snapshot is exactly
-the rows of its data files: :func:`read_lake` plans the files with pyiceberg and scans them with Polars' native
-Parquet reader (lazy: projections and filters are pushed down; absent columns of older files read as null).
+A current-state table is written merge-on-read (Iceberg position-delete files) and lake tables only ever gain
+columns: :func:`read_lake` plans the files and their delete files with pyiceberg and scans the data files with
+Polars' native Parquet reader (lazy: projections and filters are pushed down; absent columns of older files read
+as null), dropping each file's deleted positions by its own row index.
 
 A union read is the latest lake snapshot plus the live log after its offsets (FLUSS-SEMANTICS §7.5): all rows
 for a log table; for a primary-key table the lake's current state with the live changelog tail folded in (the
@@ -25,6 +26,7 @@ from tiering.changes import apply_changes, fold_changes
 from tiering.lake_snapshot import LakeSnapshot
 from tiering.log_reader import LiveOffsets, live_offsets, log_reader
 from tiering.schema import BUCKET, CHANGE_TYPE, OFFSET, SYSTEM_COLUMNS, TIMESTAMP
+from tiering.state_index import state_index
 
 if TYPE_CHECKING:
     from fluss_lake.catalog import Connection
@@ -33,9 +35,11 @@ if TYPE_CHECKING:
 
 __all__ = ["read_history", "read_lake", "register_duckdb", "union_read"]
 
+_POS = "__fluss_lake_pos"
+
 
 def _scan(lake: Lake, iceberg_table: Any, snapshot_id: int | None = None) -> pl.LazyFrame:
-    """A lazy scan of the data files of one snapshot (default: the current one)."""
+    """A lazy scan of one snapshot (default: the current one), position deletes applied."""
     import pyarrow as pa
 
     empty = pl.from_arrow(pa.schema(iceberg_table.schema().as_arrow()).empty_table())
@@ -43,11 +47,25 @@ def _scan(lake: Lake, iceberg_table: Any, snapshot_id: int | None = None) -> pl.
     schema = empty.schema
     if snapshot_id is None and iceberg_table.current_snapshot() is None:
         return pl.LazyFrame(schema=schema)
-    files = [task.file.file_path for task in iceberg_table.scan(snapshot_id=snapshot_id).plan_files()]
-    if not files:
+    tasks = list(iceberg_table.scan(snapshot_id=snapshot_id).plan_files())
+    if not tasks:
         return pl.LazyFrame(schema=schema)
-    return pl.scan_parquet(files, schema=schema, missing_columns="insert", hive_partitioning=False, glob=False,
-                           storage_options=lake.storage_options() or None)
+    options: dict[str, Any] = {"schema": schema, "missing_columns": "insert", "hive_partitioning": False,
+                               "glob": False, "storage_options": lake.storage_options() or None}
+    plain = [t.file.file_path for t in tasks if not t.delete_files]
+    frames = [pl.scan_parquet(plain, **options)] if plain else []
+    with_deletes = [t for t in tasks if t.delete_files]
+    if with_deletes:  # merge-on-read: drop the deleted positions of each file (its own row index)
+        delete_files = list({d.file_path: d for t in with_deletes for d in t.delete_files}.values())
+        deleted = state_index(lake).deleted(iceberg_table.io, delete_files)
+        by_path = {path: rows["pos"] for (path,), rows in deleted.partition_by("file_path", as_dict=True).items()}
+        for task in with_deletes:
+            positions = by_path.get(task.file.file_path)
+            frame = pl.scan_parquet(task.file.file_path, row_index_name=_POS, **options)
+            if positions is not None:
+                frame = frame.filter(~pl.col(_POS).is_in(positions.implode()))
+            frames.append(frame.drop(_POS))
+    return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
 
 
 def read_lake(lake: Lake, path: str | TablePath, *, snapshot_id: int | None = None) -> pl.LazyFrame:

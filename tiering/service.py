@@ -20,6 +20,7 @@ from fluss_lake import options as opt
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError
 from fluss_lake.metadata.table_path import TablePath
 from tiering.committer import TableTieringReport, tier_table
+from tiering.compaction import DEFAULT_COMPACTION, CompactionPolicy
 from tiering.lake import Lake
 from tiering.log_reader import live_offsets
 
@@ -87,10 +88,13 @@ def _resolve(connection: Connection, tables: Sequence[str | TablePath] | None) -
 
 def tier_once(connection: Connection, lake: Lake | None = None, *, tables: Sequence[str | TablePath] | None = None,
               on_report: Callable[[TableTieringReport], None] | None = None,
-              expire_partitions: bool = False) -> list[TableTieringReport]:
+              expire_partitions: bool = False,
+              compaction: CompactionPolicy | None = DEFAULT_COMPACTION) -> list[TableTieringReport]:
     """One tiering round over the lake-enabled tables (or the given ones); returns one report per table.
 
     `expire_partitions`: also delete the lake data of partitions dropped live (default: the lake keeps it).
+    `compaction`: the policy run on a primary-key table's current state after a round (``None``: never; see
+    :func:`~tiering.compact_table`).
 
     `lake` defaults to the embedded lake beside a local store (:meth:`Lake.for_connection`). A failing table
     raises after the others were tiered (the first error, with the rest attached as notes).
@@ -109,7 +113,8 @@ def tier_once(connection: Connection, lake: Lake | None = None, *, tables: Seque
     reports, errors = [], []
     for path in _resolve(connection, tables):
         try:
-            report = tier_table(connection.get_table(path), lake, expire_partitions=expire_partitions)
+            report = tier_table(connection.get_table(path), lake, expire_partitions=expire_partitions,
+                                compaction=compaction)
         except FlussLakeError as exc:
             errors.append(exc)
             continue
@@ -151,6 +156,8 @@ class TieringService:
         Called after every round of a table with its report (or with the exception it raised).
     expire_partitions
         Also delete the lake data of partitions dropped live (default: the lake keeps it as history).
+    compaction
+        Policy for compacting a primary-key table's position deletes after its rounds (``None``: never).
 
     Examples
     --------
@@ -169,9 +176,11 @@ class TieringService:
     def __init__(self, connection: Connection, lake: Lake | None = None, *,
                  tables: Sequence[str | TablePath] | None = None,
                  on_report: Callable[[TableTieringReport | Exception], None] | None = None,
-                 expire_partitions: bool = False) -> None:
+                 expire_partitions: bool = False,
+                 compaction: CompactionPolicy | None = DEFAULT_COMPACTION) -> None:
         self.connection = connection
         self.expire_partitions = expire_partitions
+        self.compaction = compaction
         self.lake = lake or Lake.for_connection(connection)
         self._fixed = [TablePath.of(t) for t in tables] if tables is not None else None
         self.on_report = on_report
@@ -234,7 +243,7 @@ class TieringService:
         try:
             live = self.connection.get_table(path)
             interval = freshness_ms(live) / 2000
-            report = tier_table(live, self.lake, expire_partitions=self.expire_partitions)
+            report = tier_table(live, self.lake, expire_partitions=self.expire_partitions, compaction=self.compaction)
         except Exception as exc:  # noqa: BLE001 - one table failing must not stop the others
             failures = self._failures[path] = self._failures.get(path, 0) + 1
             self.last_errors[path] = exc

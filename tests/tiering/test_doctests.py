@@ -8,7 +8,8 @@ import importlib
 
 import pytest
 
-MODULES = ["tiering.changes", "tiering.committer", "tiering.lake", "tiering.lake_snapshot", "tiering.reads",
+MODULES = ["tiering.changes", "tiering.committer", "tiering.compaction", "tiering.lake", "tiering.lake_snapshot",
+           "tiering.orphans", "tiering.reads", "tiering.state_index",
            "tiering.schema", "tiering.service"]
 
 

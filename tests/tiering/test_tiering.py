@@ -13,11 +13,13 @@ from decimal import Decimal
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from pyiceberg.manifest import DataFileContent
 from tiering_helpers import LAKE_ON, lake_rows, sorted_rows
 
 import fluss_lake as fl
-from tiering import Lake, LakeSnapshot, tier_once, tier_table
+from tiering import Lake, LakeSnapshot, read_lake, tier_once, tier_table
 
 
 def _log_keyed(frame: pl.DataFrame) -> pl.DataFrame:
@@ -87,7 +89,7 @@ def test_primary_key_table_current_state_and_history(store_and_lake):
     assert iceberg.properties["commit.retry.num-retries"] == "0"
 
 
-def test_changes_rewrite_only_the_files_they_touch(local):
+def test_changes_write_position_deletes_only_in_the_partitions_they_touch(local):
     conn, lake = local
     conn.create_table("d.kv", schema={"k": "BIGINT", "v": "BIGINT"}, primary_key=["k"], bucket_num=4, options=LAKE_ON)
     kv = conn.get_table("d.kv")
@@ -98,17 +100,26 @@ def test_changes_rewrite_only_the_files_they_touch(local):
     bucket_of_5 = int(kv.buckets_of(pl.DataFrame({"k": [5]}))[0])
     kv.upsert([{"k": 5, "v": -5}])
     report = tier_table(kv, lake)
-    assert report.files_rewritten == 1
-    after = {t.file.file_path for t in lake.load("d.kv").scan().plan_files()}
-    assert len(before & after) == 3  # the three untouched buckets' files are the same files
-    new_file = lake.load("d.kv").scan().plan_files()
-    rewritten = [t for t in new_file if t.file.file_path not in before]
-    assert [t.file.partition[0] for t in rewritten] == [bucket_of_5]
+    assert (report.files_rewritten, report.position_deletes, report.delete_files) == (0, 1, 1)
+    tasks = list(lake.load("d.kv").scan().plan_files())
+    assert before <= {t.file.file_path for t in tasks}  # merge-on-read: no data file was rewritten
+    [new_file] = [t for t in tasks if t.file.file_path not in before]
+    assert new_file.file.partition[0] == bucket_of_5 and new_file.file.record_count == 1
+    # the one delete file sits in bucket_of_5's partition and deletes k=5's old position in that bucket's file
+    with_deletes = [t for t in tasks if t.delete_files]
+    assert [t.file.partition[0] for t in with_deletes] == [bucket_of_5]
+    [delete_file] = with_deletes[0].delete_files
+    assert delete_file.content == DataFileContent.POSITION_DELETES and delete_file.partition[0] == bucket_of_5
+    positions = pq.read_table(delete_file.file_path.removeprefix("file://")).to_pylist()
+    old_keys = pq.read_table(with_deletes[0].file.file_path.removeprefix("file://"), columns=["k"])["k"].to_pylist()
+    assert [(r["file_path"], old_keys[r["pos"]]) for r in positions] == [(with_deletes[0].file.file_path, 5)]
     assert sorted_rows(lake_rows(lake, "d.kv"), ["k", "v"]) == sorted_rows(kv.to_polars(), ["k", "v"])
-    # a round of pure inserts into one bucket rewrites nothing at all
+    assert sorted_rows(read_lake(lake, "d.kv").collect(), ["k", "v"]) == sorted_rows(kv.to_polars(), ["k", "v"])
+    # a round of pure inserts into one bucket deletes nothing at all
     fresh_key = next(k for k in range(1000, 2000) if int(kv.buckets_of(pl.DataFrame({"k": [k]}))[0]) == 0)
     kv.upsert([{"k": fresh_key, "v": 1}])
-    assert tier_table(kv, lake).files_rewritten == 0
+    report = tier_table(kv, lake)
+    assert (report.files_rewritten, report.position_deletes, report.delete_files) == (0, 0, 0)
     assert lake_rows(lake, "d.kv").height == 401
 
 
