@@ -22,6 +22,7 @@ is applied twice). Tiering runs it after each primary-key round (``compaction=``
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -122,23 +123,11 @@ def compact_table(live: Table, lake: Lake, *, policy: CompactionPolicy | None = 
     >>> tiering.read_lake(lake, "d.t").select(pl.col("v").sum()).collect().item()
     1
     """
-    from pyiceberg.exceptions import CommitFailedException
-
-    policy = policy or CompactionPolicy()
-    started = time.perf_counter()
     if not live.is_primary_key_table:
         return CompactionReport(live.path)
-    for attempt in range(_MAX_ATTEMPTS):
-        if table is None or attempt:
-            table = lake.load(live.path, "primary-key")
-        if table is None or table.current_snapshot() is None:
-            return CompactionReport(live.path, seconds=time.perf_counter() - started)
-        try:
-            return _compact(live, lake, table, policy, force, started)
-        except CommitFailedException:
-            continue  # a tiering round committed first: plan again on its snapshot
-    raise TieringConflictError(f"compacting {live.path}: tiering committed first {_MAX_ATTEMPTS} times in a row; "
-                               "try again")
+    policy = policy or CompactionPolicy()
+    return _retrying(live, lake, "primary-key", table, f"compacting {live.path}",
+                     lambda t, started: _compact(live, lake, t, policy, force, started))
 
 
 def compact_history(live: Table, lake: Lake, *, policy: CompactionPolicy | None = None,
@@ -163,21 +152,28 @@ def compact_history(live: Table, lake: Lake, *, policy: CompactionPolicy | None 
     >>> tiering.read_history(lake, "d.t").collect().height
     3
     """
+    policy = policy or CompactionPolicy()
+    return _retrying(live, lake, "history", table, f"compacting the history of {live.path}",
+                     lambda t, started: _compact_history(live, lake, t, policy, started))
+
+
+def _retrying(live: Table, lake: Lake, kind: str, table: Any, what: str,
+              compact: Callable[[Any, float], CompactionReport]) -> CompactionReport:
+    """Run `compact` on the lake table of `kind`, planning again on the new snapshot when a tiering round commits
+    first (a lost optimistic commit)."""
     from pyiceberg.exceptions import CommitFailedException
 
-    policy = policy or CompactionPolicy()
     started = time.perf_counter()
     for attempt in range(_MAX_ATTEMPTS):
         if table is None or attempt:
-            table = lake.load(live.path, "history")
+            table = lake.load(live.path, kind)
         if table is None or table.current_snapshot() is None:
             return CompactionReport(live.path, seconds=time.perf_counter() - started)
         try:
-            return _compact_history(live, lake, table, policy, started)
+            return compact(table, started)
         except CommitFailedException:
-            continue
-    raise TieringConflictError(f"compacting the history of {live.path}: tiering committed first {_MAX_ATTEMPTS} "
-                               "times in a row; try again")
+            continue  # a tiering round committed first: plan again on its snapshot
+    raise TieringConflictError(f"{what}: tiering committed first {_MAX_ATTEMPTS} times in a row; try again")
 
 
 def _compact_history(live: Table, lake: Lake, table: Any, policy: CompactionPolicy,
