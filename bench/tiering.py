@@ -151,6 +151,32 @@ def bench_log(rep: Reporter, args: argparse.Namespace, root: str, where: str,
                    args.rows, args.repeats, targets=(Target("ratio", ">=", 0.5, "ratio >= 0.5"),)))
 
 
+
+def _pk_contenders(live: fl.Table, lake: Lake, peer_table: Any, target: pa.Schema, batches: dict[int, pl.DataFrame],
+                   bucketing: fl.Table | None = None) -> dict[str, Callable[[int], float]]:
+    """The timed contenders of a primary-key round: our tiering round, and pyiceberg's upsert of the same batch
+    (with the system columns our lake tables carry; `bucketing`: the table whose buckets the batch goes to)."""
+
+    def ours(r: int) -> float:
+        start = time.perf_counter()
+        report = tier_table(live, lake)
+        elapsed = time.perf_counter() - start
+        assert report.committed
+        return elapsed
+
+    def peer(r: int) -> float:
+        frame = batches[r]
+        rows = frame.with_columns(pl.Series("__bucket", (bucketing or live).buckets_of(frame)).cast(pl.Int32),
+                                  pl.lit(0, pl.Int64).alias("__offset"),
+                                  pl.lit(0, pl.Int64).cast(pl.Datetime("us", "UTC")).alias("__timestamp"))
+        arrow = rows.to_arrow().cast(target)
+        start = time.perf_counter()
+        peer_table.upsert(arrow, join_cols=["id"])
+        return time.perf_counter() - start
+
+    return {"ours": ours, "peer": peer}
+
+
 def bench_pk(rep: Reporter, args: argparse.Namespace, root: str, where: str,
              props: Callable[[str], dict[str, str]]) -> None:
     conn = fl.connect(f"{root}/live-pk-{where}", local_dir=f"{root}/state-pk-{where}")
@@ -178,24 +204,7 @@ def bench_pk(rep: Reporter, args: argparse.Namespace, root: str, where: str,
         batches[r] = frame
         live.upsert(frame)  # the live write is not part of tiering's time
 
-    def ours(r: int) -> float:
-        start = time.perf_counter()
-        report = tier_table(live, lake)
-        elapsed = time.perf_counter() - start
-        assert report.committed
-        return elapsed
-
-    def peer(r: int) -> float:
-        frame = batches[r]
-        rows = frame.with_columns(pl.Series("__bucket", live.buckets_of(frame)).cast(pl.Int32),
-                                  pl.lit(0, pl.Int64).alias("__offset"),
-                                  pl.lit(0, pl.Int64).cast(pl.Datetime("us", "UTC")).alias("__timestamp"))
-        arrow = rows.to_arrow().cast(target)
-        start = time.perf_counter()
-        peer_table.upsert(arrow, join_cols=["id"])
-        return time.perf_counter() - start
-
-    times = interleave({"ours": ours, "peer": peer}, args.repeats, before=before)
+    times = interleave(_pk_contenders(live, lake, peer_table, target, batches), args.repeats, before=before)
     rates = {k: [args.changes / t for t in v] for k, v in times.items()}
     log(f"  pk change tiering ({where}) rows/s ours {[fmt_num(x) for x in rates['ours']]} peer {[fmt_num(x) for x in rates['peer']]}")
     same = pl.from_arrow(lake.load("b.kv").scan().to_arrow()).select(list(SCHEMA)).sort("id").equals(
@@ -246,26 +255,10 @@ def bench_pk_partitioned(rep: Reporter, args: argparse.Namespace, root: str, whe
         batches[r] = frame
         live.upsert(frame)
 
-    def ours(r: int) -> float:
-        start = time.perf_counter()
-        report = tier_table(live, lake)
-        elapsed = time.perf_counter() - start
-        assert report.committed
-        return elapsed
-
-    def peer(r: int) -> float:
-        frame = batches[r]
-        rows = frame.with_columns(pl.Series("__bucket", live.partition(newest).buckets_of(frame)).cast(pl.Int32),
-                                  pl.lit(0, pl.Int64).alias("__offset"),
-                                  pl.lit(0, pl.Int64).cast(pl.Datetime("us", "UTC")).alias("__timestamp"))
-        arrow = rows.to_arrow().cast(target)
-        start = time.perf_counter()
-        # ids are unique over all days, so joining on id alone is the same upsert, and pyiceberg's fast form
-        # (join_cols=["day", "id"] builds a per-row OR filter: about 30 rows/s)
-        peer_table.upsert(arrow, join_cols=["id"])
-        return time.perf_counter() - start
-
-    times = interleave({"ours": ours, "peer": peer}, args.repeats, before=before)
+    # ids are unique over all days, so the peer joining on id alone is the same upsert, and pyiceberg's fast form
+    # (join_cols=["day", "id"] builds a per-row OR filter: about 30 rows/s)
+    times = interleave(_pk_contenders(live, lake, peer_table, target, batches, live.partition(newest)),
+                       args.repeats, before=before)
     rates = {k: [args.changes / t for t in v] for k, v in times.items()}
     log(f"  partitioned pk change tiering ({where}) rows/s ours {[fmt_num(x) for x in rates['ours']]} "
         f"peer {[fmt_num(x) for x in rates['peer']]}")

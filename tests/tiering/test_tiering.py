@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyiceberg.manifest import DataFileContent
-from tiering_helpers import LAKE_ON, lake_rows, sorted_rows
+from tiering_helpers import LAKE_ON, lake_rows, run_writer_with_tierers, sorted_rows
 
 import fluss_lake as fl
 from tiering import Lake, LakeSnapshot, read_lake, tier_once, tier_table
@@ -240,13 +240,7 @@ def test_concurrent_tiering_runs_with_writers_keep_exactly_once(local):
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer)] + [threading.Thread(target=tierer, args=(s,)) for s in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads[1:]:
-        t.join()
-    stop.set()
-    threads[0].join()
+    run_writer_with_tierers(writer, tierer, stop, tierers=2)
     assert not errors, errors
     tier_once(conn, lake)
     ev, kv = conn.get_table("d.ev"), conn.get_table("d.kv")

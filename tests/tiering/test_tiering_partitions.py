@@ -13,7 +13,7 @@ import threading
 
 import polars as pl
 import pytest
-from tiering_helpers import LAKE_ON, lake_rows, sorted_rows
+from tiering_helpers import LAKE_ON, lake_rows, run_writer_with_tierers, sorted_rows
 
 import fluss_lake as fl
 from fluss_lake.exceptions import UnsupportedOperationError
@@ -235,13 +235,7 @@ def test_concurrent_tiering_of_a_partitioned_table_with_new_partitions_keeps_exa
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer)] + [threading.Thread(target=tierer, args=(s,)) for s in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads[1:]:
-        t.join()
-    stop.set()
-    threads[0].join()
+    run_writer_with_tierers(writer, tierer, stop, tierers=2)
     assert not errors, errors
     tier_once(conn, lake)
     log, pk = conn.get_table("d.pl"), conn.get_table("d.pk")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import polars as pl
@@ -42,3 +44,15 @@ class FailFastRetry(_Standard):  # type: ignore[misc,valid-type]
 
     def __init__(self) -> None:
         super().__init__(max_attempts=1)
+
+
+def run_writer_with_tierers(writer: Callable[[], None], tierer: Callable[[int], None], stop: threading.Event, *,
+                            tierers: int) -> None:
+    """Run a writer thread beside `tierers` tiering threads (`tierer(i)`); when they finish, stop the writer."""
+    threads = [threading.Thread(target=writer)] + [threading.Thread(target=tierer, args=(i,)) for i in range(tierers)]
+    for t in threads:
+        t.start()
+    for t in threads[1:]:
+        t.join()
+    stop.set()
+    threads[0].join()
