@@ -25,6 +25,7 @@ import polars as pl
 import pyarrow as pa
 
 from fluss_lake.io.files import fsync_file
+from fluss_lake.kv import _kernels, row_gather  # type: ignore[attr-defined]
 
 __all__ = ["HASH_COLUMN", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex"]
 
@@ -40,8 +41,8 @@ MEMTABLE_ROWS = 262_144
 MEMTABLE_BATCHES = 32
 
 
-#: Segments with fewer rows (memtable segments and small files) are probed with a plain binary search.
-_INDEX_MIN_ROWS = 16_384
+#: Segments with fewer rows are probed with a plain binary search (building an index would cost more than it saves).
+_INDEX_MIN_ROWS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,26 +50,26 @@ class SegmentIndex:
     """An in-RAM probe index of one immutable segment: a radix directory plus 32-bit fingerprints.
 
     ``starts[b]`` is the first row whose hash has ``b`` as its top ``64 - shift`` bits (one to two rows per
-    directory slot on average), and ``fingerprints[r]`` is the top 32 bits of row ``r``'s hash (sorted like
-    the hashes, padded with ``0xFFFFFFFF``). A probe reads its slot, then runs ``steps`` branch-free halving steps
-    over the fingerprints of that slot (all in RAM), and touches the memory-mapped hash column only to confirm
-    a fingerprint match. It costs 6-8 bytes per row (the rows themselves stay on disk), is built on the
-    first probe of a segment and dies with it.
+    directory slot on average), and ``fingerprints[r]`` is the top 32 bits of row ``r``'s hash. A probe reads
+    its slot, scans the slot's fingerprints (all in RAM) and touches the memory-mapped hash column only to
+    confirm a fingerprint match. It costs 6-8 bytes per row (the rows themselves stay on disk), is built on
+    the first probe of a segment and dies with it.
 
     Examples
     --------
     >>> hashes = np.sort(np.random.default_rng(0).integers(0, 2**63, 100_000, dtype=np.uint64))
     >>> index = SegmentIndex.build(hashes)
     >>> queries = np.r_[hashes[::7], np.uint64(12345)]
-    >>> pos, hit = index.locate(hashes, queries)
-    >>> bool((pos == hashes.searchsorted(queries)).all()), int(hit.sum()) == len(hashes[::7])
-    (True, True)
+    >>> seg_of, row_of = np.full(len(queries), -1), np.zeros(len(queries), dtype=np.int64)
+    >>> index.probe(hashes, queries, np.arange(len(queries)), seg_of, row_of, 0) == len(hashes[::7])
+    True
+    >>> bool((row_of[:-1] == np.arange(0, 100_000, 7)).all()), int(seg_of[-1])
+    (True, -1)
     """
 
     starts: np.ndarray
     fingerprints: np.ndarray
     shift: int
-    steps: int
     rows: int
 
     @classmethod
@@ -77,42 +78,22 @@ class SegmentIndex:
         rows = int(hashes.size)
         bits = min(max(rows.bit_length() - 1, 1), 32)
         shift = 64 - bits
-        edges = np.arange(1 << bits, dtype=np.uint64) << np.uint64(shift)
         starts = np.empty((1 << bits) + 1, dtype=np.uint32 if rows < 2**32 else np.int64)
-        starts[:-1] = hashes.searchsorted(edges)
-        starts[-1] = rows
-        steps = int(np.diff(starts).max()).bit_length() if rows else 0
-        fingerprints = np.full(rows + (1 << steps), 0xFFFFFFFF, dtype=np.uint32)
-        np.right_shift(hashes, np.uint64(32), out=fingerprints[:rows], casting="unsafe")
-        return cls(starts, fingerprints, shift, steps, rows)
+        fingerprints = np.empty(rows, dtype=np.uint32)
+        _kernels.build_directory(np.ascontiguousarray(hashes, dtype=np.uint64), shift, starts, fingerprints)
+        return cls(starts, fingerprints, shift, rows)
 
     @property
     def nbytes(self) -> int:
         """Process memory the index holds."""
         return int(self.starts.nbytes + self.fingerprints.nbytes)
 
-    def locate(self, hashes: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For each query: its ``searchsorted(hashes, q, "left")`` position and whether ``hashes`` holds it.
-
-        ``hashes`` is the indexed column (memory-mapped); it is read only where a fingerprint matches.
-        """
-        fps = self.fingerprints
-        pos = self.starts[queries >> np.uint64(self.shift)].astype(np.intp)
-        top = (queries >> np.uint64(32)).astype(np.uint32)
-        for s in range(self.steps - 1, -1, -1):  # branch-free lower bound of `top` inside the slot
-            step = 1 << s
-            np.add(pos, step, out=pos, where=fps[pos + (step - 1)] < top)
-        candidate = np.flatnonzero(fps[pos] == top)  # fingerprints sort like hashes: the rest are misses
-        hit = np.zeros(len(queries), dtype=bool)
-        if candidate.size:
-            full = hashes[np.minimum(pos[candidate], self.rows - 1)]  # pos may be past the end (sentinel)
-            hit[candidate] = full == queries[candidate]
-            behind = full < queries[candidate]  # several rows share the top 32 bits: finish exactly
-            if behind.any():
-                redo = candidate[behind]
-                pos[redo] = hashes.searchsorted(queries[redo])
-                hit[redo] = hashes[np.minimum(pos[redo], self.rows - 1)] == queries[redo]
-        return pos, hit
+    def probe(self, hashes: np.ndarray, queries: np.ndarray, order: np.ndarray, seg_of: np.ndarray,
+              row_of: np.ndarray, number: int) -> int:
+        """Mark the queries not found yet (``seg_of < 0``) that ``hashes`` (the indexed, mapped column) holds:
+        ``seg_of = number``, ``row_of`` = their first row. Visits queries in ``order``; returns how many it found."""
+        return int(_kernels.probe_indexed(self.starts, self.fingerprints, hashes, self.shift, queries, order,
+                                          seg_of, row_of, number))
 
     def bounds(self, query: int) -> tuple[int, int]:
         """The rows ``[lo, hi)`` that may hold one hash (its directory slot), with scalar operations."""
@@ -178,21 +159,22 @@ class Segment:
         return cached
 
     def index(self) -> SegmentIndex | None:
-        """The segment's in-RAM probe index (built on first use), or None for small or in-memory segments."""
+        """The segment's in-RAM probe index (built on first use), or None for small segments."""
         try:
             return self._index  # type: ignore[attr-defined,no-any-return]
         except AttributeError:
-            index = SegmentIndex.build(self.hashes) if self.on_disk and self.rows >= _INDEX_MIN_ROWS else None
+            index = SegmentIndex.build(self.hashes) if self.rows >= _INDEX_MIN_ROWS else None
             object.__setattr__(self, "_index", index)
             return index
 
-    def locate(self, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``searchsorted(hashes, queries)`` and whether each query hash is present (rows > 0)."""
+    def probe(self, queries: np.ndarray, order: np.ndarray, seg_of: np.ndarray, row_of: np.ndarray,
+              number: int) -> int:
+        """Mark the queries not found yet that this segment holds (see :meth:`SegmentIndex.probe`): through
+        the index, or by binary search for small and in-memory segments. Returns how many it found."""
         index = self.index()
         if index is not None:
-            return index.locate(self.hashes, queries)
-        pos = self.hashes.searchsorted(queries)
-        return pos, self.hashes[np.minimum(pos, self.rows - 1)] == queries
+            return index.probe(self.hashes, queries, order, seg_of, row_of, number)
+        return int(_kernels.probe_sorted(self.hashes, queries, order, seg_of, row_of, number))
 
     def hash_view(self) -> memoryview:
         """The hash column as a memoryview (cached): items read as Python ints without numpy scalars."""
@@ -353,35 +335,42 @@ class KvStore:
                 pos += 1  # a different key with the same hash: look at the next entry
         return None
 
-    def _probe_groups(self, hashes: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """Where the newest version of each hash lives: ``(segment index, query positions, rows)`` per segment
-        that holds any. Queries are ordered once by their top 16 hash bits (a radix sort), so each segment is
-        read roughly in file order."""
-        pending = np.argsort((hashes >> np.uint64(48)).astype(np.uint16), kind="stable")
-        queries = hashes[pending]
-        groups = []
-        for index, segment in enumerate(self.segments):
-            if pending.size == 0:
-                break
+    def _probe_all(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Newest segment and row holding each hash (segment -1 where none; tombstones count as found), and
+        the visiting order (for gathers).
+
+        One compiled pass per segment, newest first, over the queries not found yet; queries are visited in
+        the order of their top 16 hash bits (a radix sort), so each segment is read roughly in file order.
+        """
+        n = len(hashes)
+        seg_of = np.full(n, -1, dtype=np.int64)
+        row_of = np.zeros(n, dtype=np.int64)
+        order = np.argsort((hashes >> np.uint64(48)).astype(np.uint16), kind="stable") if n > 64 else np.arange(n)
+        if n == 0:
+            return seg_of, row_of, order
+        queries = np.ascontiguousarray(hashes, dtype=np.uint64)
+        left = n
+        for number, segment in enumerate(self.segments):
             if segment.rows == 0:
                 continue
-            pos, hit = segment.locate(queries)
-            if hit.all():
-                groups.append((index, pending, pos))
+            left -= segment.probe(queries, order, seg_of, row_of, number)
+            if left == 0:
                 break
-            if hit.any():
-                groups.append((index, pending[hit], pos[hit]))
-                miss = ~hit
-                pending, queries = pending[miss], queries[miss]
+        return seg_of, row_of, order
+
+    @staticmethod
+    def _groups(seg_of: np.ndarray, row_of: np.ndarray) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """``(segment, query positions, rows)`` per segment holding any of the probed hashes."""
+        counts = np.bincount(seg_of + 1)
+        groups = []
+        for number in np.flatnonzero(counts[1:]).tolist():
+            where = np.flatnonzero(seg_of == number)
+            groups.append((number, where, row_of[where]))
         return groups
 
     def probe(self, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Newest segment and row holding each hash (-1 where none); tombstone hits are reported as found."""
-        seg_of = np.full(len(hashes), -1, dtype=np.int64)
-        row_of = np.zeros(len(hashes), dtype=np.int64)
-        for index, where, rows in self._probe_groups(hashes):
-            seg_of[where] = index
-            row_of[where] = rows
+        seg_of, row_of, _ = self._probe_all(hashes)
         return seg_of, row_of
 
     def gather(self, seg_of: np.ndarray, row_of: np.ndarray) -> tuple[np.ndarray, np.ndarray, pl.DataFrame]:
@@ -436,12 +425,13 @@ class KvStore:
         Hash collisions between distinct keys are resolved by comparing the key columns (rare slow path).
         """
         n = len(hashes)
-        groups = self._probe_groups(hashes)
+        seg_of, row_of, order = self._probe_all(hashes)
+        involved = np.flatnonzero(np.bincount(seg_of + 1, minlength=len(self.segments) + 1)[1:]).tolist()
         names = self.schema.names()
-        if all(set(names).issubset(self.segments[i].columns()) for i, _, _ in groups):
-            found, rows, mismatch = self._gather_found(groups, keys, n)
+        if all(set(names).issubset(self.segments[i].columns()) for i in involved):
+            found, rows, mismatch = self._gather_found(seg_of, row_of, order, involved, keys)
         else:  # some segment predates a column: stack with null padding
-            tomb, stacked, positions = self._take(groups, n)
+            tomb, stacked, positions = self._take(self._groups(seg_of, row_of), n)
             found = np.zeros(n, dtype=bool)
             if stacked is None:
                 return found, self._align(None, positions, n)
@@ -454,61 +444,61 @@ class KvStore:
             found, rows = self._slow_lookup(hashes, keys, found, rows, mismatch)
         return found, rows
 
-    def _gather_found(self, groups: list[tuple[int, np.ndarray, np.ndarray]], keys: pl.DataFrame,
-                      n: int) -> tuple[np.ndarray, pl.DataFrame, np.ndarray]:
-        """Rows of the probed groups whose keys match and are not tombstones, aligned with the queries
+    def _gather_found(self, seg_of: np.ndarray, row_of: np.ndarray, order: np.ndarray, involved: list[int],
+                      keys: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame, np.ndarray]:
+        """Rows of the probed positions whose keys match and are not tombstones, aligned with the queries
         (all-null rows elsewhere): (found mask, rows, query positions whose hash matched another key).
 
-        Integer and float columns are gathered with numpy from the mapped segments, the others with one
-        Arrow ``take`` per segment plus one to put them in query order; every segment has every column.
+        Every column is gathered in one compiled pass into query order (:mod:`row_gather`); types it does not
+        handle use one Arrow ``take`` per segment plus one to put them in query order. Every involved segment
+        has every column.
         """
+        n = len(seg_of)
         pk = self.primary_key
+        segments = self.segments
+        hit = seg_of >= 0
+        tomb = row_gather.gather_numpy([s.tomb.view(np.uint8) if i in involved else None
+                                        for i, s in enumerate(segments)], seg_of, row_of, order, np.dtype(np.uint8)).view(np.bool_)
         int_key = len(pk) == 1 and keys.schema[pk[0]].is_integer()
         key_values = keys.get_column(pk[0]).to_numpy() if int_key else None
-        found = np.zeros(n, dtype=bool)
-        kept: list[tuple[Segment, np.ndarray, np.ndarray]] = []
-        mismatches = []
-        for index, where, rows in groups:
-            segment = self.segments[index]
-            stored = segment.numpy_columns().get(pk[0]) if int_key else None
-            if stored is not None:
-                same = stored[rows] == key_values[where]  # type: ignore[index]
-            else:
-                taken = segment.table.select(list(pk)).take(rows)
-                same = _stacked_keys_equal(taken, keys, where, pk)
-            if not same.all():
-                mismatches.append(where[~same])
-            live = same & ~segment.tomb[rows]
-            if not live.all():
-                where, rows = where[live], rows[live]
-            found[where] = True
-            kept.append((segment, where, rows))
-        mismatch = np.concatenate(mismatches) if mismatches else np.empty(0, dtype=np.intp)
-        absent = None if found.all() else ~found
-        order: pa.Array | None = None  # query position -> row of the stacked Arrow takes (built once)
+        stored = [segments[i].numpy_columns().get(pk[0]) for i in involved] if int_key else []
+        if int_key and all(s is not None and s.dtype == key_values.dtype for s in stored):  # type: ignore[union-attr]
+            columns = [segments[i].numpy_columns().get(pk[0]) if i in involved else None for i in range(len(segments))]
+            same = row_gather.gather_numpy(columns, seg_of, row_of, order, key_values.dtype) == key_values  # type: ignore[union-attr]
+        else:
+            same = np.ones(n, dtype=bool)
+            for number, where, rows in self._groups(seg_of, row_of):
+                same[where] = _stacked_keys_equal(segments[number].table.select(list(pk)).take(rows), keys, where, pk)
+        mismatch = np.flatnonzero(hit & ~same)
+        found = hit & same & ~tomb
+        all_found = bool(found.all())
+        live = seg_of if all_found else np.where(found, seg_of, -1)
+        absent = None if all_found else ~found
+        arrow_order: pa.Array | None = None  # query position -> row of the stacked Arrow takes (fallback)
+        kept: list[tuple[int, np.ndarray, np.ndarray]] | None = None
         series = []
         for name, dtype in self.schema.items():
             if key_values is not None and name == pk[0]:
                 series.append(pl.Series(name, pa.array(key_values, mask=absent)))
                 continue
-            sources = [segment.numpy_columns().get(name) for segment, _, _ in kept]
-            if kept and all(src is not None and src.dtype == sources[0].dtype for src in sources):
-                out = np.empty(n, dtype=sources[0].dtype)  # type: ignore[union-attr]
-                for src, (_, where, rows) in zip(sources, kept):
-                    out[where] = src[rows]  # type: ignore[index]
-                series.append(pl.Series(name, pa.array(out, mask=absent)))
-                continue
-            parts = [segment.columns()[name].take(rows) for segment, _, rows in kept]
-            if not parts or sum(len(part) for part in parts) == 0:
+            if not involved or (live < 0).all():
                 series.append(pl.Series(name, [None] * n, dtype=dtype))
                 continue
+            arrays = [segments[i].columns()[name] if i in involved else None for i in range(len(segments))]
+            gathered = row_gather.gather_column(arrays, involved, live, row_of, order, found, all_found)
+            if gathered is not None:
+                series.append(pl.Series(name, gathered))
+                continue
+            if kept is None:
+                kept = self._groups(live, row_of)
+            parts = [segments[i].columns()[name].take(rows) for i, _, rows in kept]
             stacked = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
-            if order is None:
+            if arrow_order is None:
                 positions = np.concatenate([where for _, where, _ in kept]) if len(kept) > 1 else kept[0][1]
                 index_of = np.zeros(n, dtype=np.intp)
                 index_of[positions] = np.arange(len(positions))
-                order = pa.array(index_of, mask=absent)
-            series.append(pl.Series(name, stacked.take(order)))
+                arrow_order = pa.array(index_of, mask=absent)
+            series.append(pl.Series(name, stacked.take(arrow_order)))
         return found, pl.DataFrame(series), mismatch
 
     def _slow_lookup(self, hashes: np.ndarray, keys: pl.DataFrame, found: np.ndarray, rows: pl.DataFrame,

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fluss_lake as fl
-from fluss_lake.kv import key_index, kv_store, kv_tablet
+from fluss_lake.kv import _kernels, key_index, kv_store, kv_tablet  # type: ignore[attr-defined]
 from fluss_lake.kv.kv_store import SegmentIndex
 
 U64 = st.integers(0, 2**64 - 1)
@@ -45,19 +45,31 @@ def hash_columns(draw):
     return column, queries
 
 
-@settings(max_examples=200, deadline=None)
-@given(hash_columns())
-def test_index_locates_exactly_like_searchsorted(case) -> None:
-    column, queries = case
-    index = SegmentIndex.build(column)
-    pos, hit = index.locate(column, queries)
+def _expected_rows(column: np.ndarray, queries: np.ndarray) -> list[int]:
+    """The first row holding each query hash (binary search), or -1."""
     want = column.searchsorted(queries)
-    assert pos.tolist() == want.tolist()
-    assert hit.tolist() == [bool(p < len(column) and column[p] == q) for p, q in zip(want, queries)]
+    return [int(p) if p < len(column) and column[p] == q else -1 for p, q in zip(want, queries)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(hash_columns(), st.integers(0, 2**32 - 1))
+def test_probe_finds_exactly_what_a_binary_search_finds(case, seed) -> None:
+    column, queries = case
+    expected = _expected_rows(column, queries)
+    order = np.random.default_rng(seed).permutation(len(queries))  # any visiting order gives the same result
+    index = SegmentIndex.build(column)
+    for probe in (lambda *a: index.probe(column, *a), lambda *a: _kernels.probe_sorted(column, *a)):
+        seg_of, row_of = np.full(len(queries), -1, dtype=np.int64), np.zeros(len(queries), dtype=np.int64)
+        seg_of[:3] = 9  # already found in a newer segment: left alone
+        found = probe(queries, order, seg_of, row_of, 4)
+        assert seg_of[:3].tolist() == [9] * min(3, len(queries))
+        got = [int(r) if s == 4 else -1 for s, r in zip(seg_of[3:], row_of[3:])]
+        assert got == expected[3:]
+        assert found == sum(r >= 0 for r in expected[3:])
     view = memoryview(column)
     import bisect
 
-    for q, p in zip(queries.tolist()[:60], want.tolist()[:60]):  # the scalar path of lookup_one
+    for q, p in zip(queries.tolist()[:60], column.searchsorted(queries).tolist()[:60]):  # the scalar path of lookup_one
         lo, hi = index.bounds(q)
         assert bisect.bisect_left(view, q, lo, hi) == p
 
@@ -68,12 +80,12 @@ def test_index_of_an_empty_column_and_its_size() -> None:
     column = np.sort(np.random.default_rng(3).integers(0, 2**64 - 1, 200_000, dtype=np.uint64, endpoint=True))
     index = SegmentIndex.build(column)
     assert index.nbytes <= 8 * len(column) + 4096, "directory (<= 4 B/row) + fingerprints (4 B/row)"
-    assert index.steps <= 5, "a directory slot holds a handful of rows, so a probe is a few halving steps"
+    assert int(np.diff(index.starts).max()) <= 16, "a directory slot holds a handful of rows: a probe scans a few"
 
 
 @pytest.fixture
 def always_indexed(monkeypatch):
-    """Index every file segment, however small (the default skips segments under 16k rows)."""
+    """Index every file segment, however small (the default skips segments under 2,048 rows)."""
     monkeypatch.setattr(kv_store, "_INDEX_MIN_ROWS", 1)
 
 
@@ -176,7 +188,7 @@ print(json.dumps({"rows": looked.select("id", "v", "n", "x", "_found").rows(), "
 
 
 def test_segments_opened_from_a_snapshot_in_a_new_process(tmp_path) -> None:
-    """Real sizes (over the 16k-row threshold): segments from flushes and merges, indexed by a fresh process."""
+    """Real sizes (over the 2,048-row threshold): segments from flushes and merges, indexed by a fresh process."""
     table = _table(tmp_path, bucket_num=1)
     rng = np.random.default_rng(8)
     expected: dict[int, tuple[str, int, float]] = {}
