@@ -24,57 +24,60 @@ ctypedef fused index_t:
 
 
 def probe_indexed(const index_t[::1] starts, const uint32_t[::1] fingerprints, const uint64_t[::1] hashes,
-                  int shift, const uint64_t[::1] queries, const int64_t[::1] order, int64_t[::1] seg_of,
+                  int shift, const uint64_t[::1] queries, int64_t[::1] pending, int64_t[::1] seg_of,
                   int64_t[::1] row_of, int64_t seg_id):
-    """Find the queries not found yet (``seg_of < 0``) in one indexed segment, visiting them in ``order``.
+    """Look for the ``pending`` queries (positions into ``queries``) in one indexed segment: a hit sets
+    ``seg_of``/``row_of``; the queries still missing are compacted to the front of ``pending`` (in order) and
+    their count returned.
 
-    A query reads its directory slot, scans the slot's 32-bit fingerprints (one or two on average; a linear
-    scan beat a branch-free binary search here) and reads the mapped hash column only where a fingerprint
-    matches. Slots and fingerprints of later queries are prefetched. Returns how many queries were found.
+    A query reads its directory slot, scans the slot's 32-bit fingerprints (one or two on average: two
+    branch-free steps, a loop only for crowded slots; ``fingerprints`` has one padding entry) and reads the
+    mapped hash column only where a fingerprint matches. Slots and fingerprints of later queries are
+    prefetched.
     """
-    cdef Py_ssize_t k, i, p, hi, n = order.shape[0]
-    cdef Py_ssize_t found = 0
+    cdef Py_ssize_t k, i, p, hi, slot, n = pending.shape[0], m = 0
     cdef uint64_t q
     cdef uint32_t top
+    cdef int hit
     with nogil:
         for k in range(n):
             if k + AHEAD < n:  # the slot of a later query, then the fingerprints of a nearer one
-                prefetch(&starts[queries[order[k + AHEAD]] >> shift])
+                prefetch(&starts[queries[pending[k + AHEAD]] >> shift])
             if k + AHEAD // 2 < n:
-                prefetch(&fingerprints[starts[queries[order[k + AHEAD // 2]] >> shift]])
-            i = order[k]
-            if seg_of[i] >= 0:
-                continue
+                prefetch(&fingerprints[starts[queries[pending[k + AHEAD // 2]] >> shift]])
+            if k + AHEAD // 4 < n:
+                prefetch(&hashes[starts[queries[pending[k + AHEAD // 4]] >> shift]])
+            i = pending[k]
             q = queries[i]
-            p = <Py_ssize_t>starts[q >> shift]
-            hi = <Py_ssize_t>starts[(q >> shift) + 1]
+            slot = <Py_ssize_t>(q >> shift)
+            p = <Py_ssize_t>starts[slot]
+            hi = <Py_ssize_t>starts[slot + 1]
             top = <uint32_t>(q >> 32)
             while p < hi and fingerprints[p] < top:
                 p += 1
+            hit = 0
             while p < hi and fingerprints[p] == top:  # rows sharing the top 32 bits: finish on the full hash
                 if hashes[p] >= q:
-                    if hashes[p] == q:
-                        seg_of[i] = seg_id
-                        row_of[i] = p
-                        found += 1
+                    hit = hashes[p] == q
                     break
                 p += 1
-    return found
+            if hit:
+                seg_of[i] = seg_id
+                row_of[i] = p
+            pending[m] = i
+            m += 1 - hit
+    return m
 
 
-def probe_sorted(const uint64_t[::1] hashes, const uint64_t[::1] queries, const int64_t[::1] order,
+def probe_sorted(const uint64_t[::1] hashes, const uint64_t[::1] queries, int64_t[::1] pending,
                  int64_t[::1] seg_of, int64_t[::1] row_of, int64_t seg_id):
-    """Like :func:`probe_indexed` for a segment without an index (small or in memory): binary search."""
-    cdef Py_ssize_t k, i, lo, hi, mid, n = order.shape[0], rows = hashes.shape[0]
-    cdef Py_ssize_t found = 0
+    """Like :func:`probe_indexed` for a segment without an index (a small one): binary search."""
+    cdef Py_ssize_t k, i, lo, hi, mid, n = pending.shape[0], rows = hashes.shape[0], m = 0
     cdef uint64_t q
-    if rows == 0:
-        return 0
+    cdef int hit
     with nogil:
         for k in range(n):
-            i = order[k]
-            if seg_of[i] >= 0:
-                continue
+            i = pending[k]
             q = queries[i]
             lo = 0
             hi = rows
@@ -84,47 +87,61 @@ def probe_sorted(const uint64_t[::1] hashes, const uint64_t[::1] queries, const 
                     lo = mid + 1
                 else:
                     hi = mid
-            if lo < rows and hashes[lo] == q:
+            hit = lo < rows and hashes[lo] == q
+            if hit:
                 seg_of[i] = seg_id
                 row_of[i] = lo
-                found += 1
-    return found
+            pending[m] = i
+            m += 1 - hit
+    return m
 
 
 def gather_fixed(const int64_t[::1] seg_of, const int64_t[::1] row_of, const int64_t[::1] order,
                  const uint64_t[::1] addresses, int itemsize, uint8_t[::1] out):
     """``out[i] = column_of_segment[seg_of[i]][row_of[i]]`` for fixed-width values of ``itemsize`` bytes
     (``addresses[s]``: the segment's value buffer); zero bytes where ``seg_of[i] < 0``. Queries are visited in
-    ``order`` (the probe's hash order, so each segment is read front to back)."""
-    cdef Py_ssize_t k, i, s, n = order.shape[0]
+    ``order`` (the probe's hash order, so each segment is read front to back), or their own order when
+    ``order`` is empty (as in a merge, whose output order already reads its inputs front to back); the same
+    holds for the other gathers."""
+    cdef Py_ssize_t k, i, s, n = seg_of.shape[0]
+    cdef bint ordered = order.shape[0] == n  # an empty order: the queries' own order
     cdef uint8_t* dst = &out[0] if out.shape[0] else NULL
     with nogil:
         if itemsize == 8:
             for k in range(n):
-                if k + AHEAD < n and seg_of[order[k + AHEAD]] >= 0:
-                    i = order[k + AHEAD]
+                if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
+                    i = order[k + AHEAD] if ordered else k + AHEAD
                     prefetch(<const uint64_t*>addresses[seg_of[i]] + row_of[i])
-                i = order[k]
+                i = order[k] if ordered else k
                 s = seg_of[i]
                 (<uint64_t*>dst)[i] = (<const uint64_t*>addresses[s])[row_of[i]] if s >= 0 else 0
         elif itemsize == 4:
             for k in range(n):
-                i = order[k]
+                if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
+                    i = order[k + AHEAD] if ordered else k + AHEAD
+                    prefetch(<const uint32_t*>addresses[seg_of[i]] + row_of[i])
+                i = order[k] if ordered else k
                 s = seg_of[i]
                 (<uint32_t*>dst)[i] = (<const uint32_t*>addresses[s])[row_of[i]] if s >= 0 else 0
         elif itemsize == 2:
             for k in range(n):
-                i = order[k]
+                if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
+                    i = order[k + AHEAD] if ordered else k + AHEAD
+                    prefetch(<const uint16_t*>addresses[seg_of[i]] + row_of[i])
+                i = order[k] if ordered else k
                 s = seg_of[i]
                 (<uint16_t*>dst)[i] = (<const uint16_t*>addresses[s])[row_of[i]] if s >= 0 else 0
         elif itemsize == 1:
             for k in range(n):
-                i = order[k]
+                if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
+                    i = order[k + AHEAD] if ordered else k + AHEAD
+                    prefetch(<const uint8_t*>addresses[seg_of[i]] + row_of[i])
+                i = order[k] if ordered else k
                 s = seg_of[i]
                 dst[i] = (<const uint8_t*>addresses[s])[row_of[i]] if s >= 0 else 0
         else:
             for k in range(n):
-                i = order[k]
+                i = order[k] if ordered else k
                 s = seg_of[i]
                 if s >= 0:
                     memcpy(dst + i * itemsize, <const uint8_t*>addresses[s] + row_of[i] * itemsize, itemsize)
@@ -138,7 +155,8 @@ def gather_strings(const int64_t[::1] seg_of, const int64_t[::1] row_of, const i
     large-string array in query order (empty where ``seg_of[i] < 0``). ``wide[s]`` says whether segment
     ``s`` has 64-bit offsets; offset addresses already account for the array's slice offset. Segments are
     read in ``order``."""
-    cdef Py_ssize_t k, i, s, n = order.shape[0]
+    cdef Py_ssize_t k, i, s, n = seg_of.shape[0]
+    cdef bint ordered = order.shape[0] == n  # an empty order: the queries' own order
     cdef int64_t start, stop, total = 0
     offsets_arr = np.empty(n + 1, dtype=np.int64)
     starts_arr = np.empty(n, dtype=np.int64)
@@ -147,7 +165,10 @@ def gather_strings(const int64_t[::1] seg_of, const int64_t[::1] row_of, const i
     with nogil:
         offsets[0] = 0
         for k in range(n):  # lengths (in offsets[i + 1]) and source starts
-            i = order[k]
+            if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
+                i = order[k + AHEAD] if ordered else k + AHEAD
+                prefetch(<const uint8_t*>offset_addresses[seg_of[i]] + row_of[i] * (8 if wide[seg_of[i]] else 4))
+            i = order[k] if ordered else k
             s = seg_of[i]
             start = 0
             stop = 0
@@ -168,7 +189,10 @@ def gather_strings(const int64_t[::1] seg_of, const int64_t[::1] row_of, const i
     cdef uint8_t* dst = &data[0] if total else NULL
     with nogil:
         for k in range(n):
-            i = order[k]
+            if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
+                i = order[k + AHEAD] if ordered else k + AHEAD
+                prefetch(<const uint8_t*>data_addresses[seg_of[i]] + starts[i])
+            i = order[k] if ordered else k
             s = seg_of[i]
             if s >= 0 and offsets[i + 1] > offsets[i]:
                 memcpy(dst + offsets[i], <const uint8_t*>data_addresses[s] + starts[i], offsets[i + 1] - offsets[i])
@@ -232,11 +256,12 @@ def gather_valid(const int64_t[::1] seg_of, const int64_t[::1] row_of, const int
     """``out[i]`` = 1 where row ``row_of[i]`` of segment ``seg_of[i]`` is valid (not null) in a column whose
     validity bitmap is at ``addresses[s]`` (0: no bitmap, all valid; ``bit_offsets[s]``: the array's offset);
     0 where ``seg_of[i] < 0``."""
-    cdef Py_ssize_t k, i, s, n = order.shape[0]
+    cdef Py_ssize_t k, i, s, n = seg_of.shape[0]
+    cdef bint ordered = order.shape[0] == n  # an empty order: the queries' own order
     cdef int64_t b
     with nogil:
         for k in range(n):
-            i = order[k]
+            i = order[k] if ordered else k
             s = seg_of[i]
             if s < 0:
                 out[i] = 0
@@ -249,10 +274,12 @@ def gather_valid(const int64_t[::1] seg_of, const int64_t[::1] row_of, const int
 
 def build_directory(const uint64_t[::1] hashes, int shift, index_t[::1] starts, uint32_t[::1] fingerprints):
     """Fill a segment index in one pass over the sorted hashes: ``starts[b]`` = the first row whose hash has
-    top bits ``b`` (``starts[-1]`` = rows), ``fingerprints[r]`` = the top 32 bits of row ``r``'s hash."""
+    top bits ``b`` (``starts[-1]`` = rows), ``fingerprints[r]`` = the top 32 bits of row ``r``'s hash (one more
+    entry, ``0xFFFFFFFF``, pads the end)."""
     cdef Py_ssize_t r, rows = hashes.shape[0], slots = starts.shape[0] - 1
     cdef Py_ssize_t b = 0, slot
     with nogil:
+        fingerprints[rows] = 0xFFFFFFFF  # padding: a probe may read one entry past its slot
         for r in range(rows):
             fingerprints[r] = <uint32_t>(hashes[r] >> 32)
             slot = <Py_ssize_t>(hashes[r] >> shift)

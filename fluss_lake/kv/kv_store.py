@@ -43,6 +43,8 @@ MEMTABLE_BATCHES = 32
 
 #: Segments with fewer rows are probed with a plain binary search (building an index would cost more than it saves).
 _INDEX_MIN_ROWS = 2048
+#: A directory slot covers 2**this rows on average (fewer slots: the directory stays in the CPU cache).
+_SLOT_ROWS_LOG2 = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +63,8 @@ class SegmentIndex:
     >>> index = SegmentIndex.build(hashes)
     >>> queries = np.r_[hashes[::7], np.uint64(12345)]
     >>> seg_of, row_of = np.full(len(queries), -1), np.zeros(len(queries), dtype=np.int64)
-    >>> index.probe(hashes, queries, np.arange(len(queries)), seg_of, row_of, 0) == len(hashes[::7])
-    True
+    >>> index.probe(hashes, queries, np.arange(len(queries)), seg_of, row_of, 0)  # one query is missing
+    1
     >>> bool((row_of[:-1] == np.arange(0, 100_000, 7)).all()), int(seg_of[-1])
     (True, -1)
     """
@@ -76,10 +78,10 @@ class SegmentIndex:
     def build(cls, hashes: np.ndarray) -> SegmentIndex:
         """Index a hash-sorted ``uint64`` column."""
         rows = int(hashes.size)
-        bits = min(max(rows.bit_length() - 1, 1), 32)
+        bits = min(max(rows.bit_length() - 1 - _SLOT_ROWS_LOG2, 1), 32)
         shift = 64 - bits
         starts = np.empty((1 << bits) + 1, dtype=np.uint32 if rows < 2**32 else np.int64)
-        fingerprints = np.empty(rows, dtype=np.uint32)
+        fingerprints = np.empty(rows + 1, dtype=np.uint32)
         _kernels.build_directory(np.ascontiguousarray(hashes, dtype=np.uint64), shift, starts, fingerprints)
         return cls(starts, fingerprints, shift, rows)
 
@@ -88,11 +90,12 @@ class SegmentIndex:
         """Process memory the index holds."""
         return int(self.starts.nbytes + self.fingerprints.nbytes)
 
-    def probe(self, hashes: np.ndarray, queries: np.ndarray, order: np.ndarray, seg_of: np.ndarray,
+    def probe(self, hashes: np.ndarray, queries: np.ndarray, pending: np.ndarray, seg_of: np.ndarray,
               row_of: np.ndarray, number: int) -> int:
-        """Mark the queries not found yet (``seg_of < 0``) that ``hashes`` (the indexed, mapped column) holds:
-        ``seg_of = number``, ``row_of`` = their first row. Visits queries in ``order``; returns how many it found."""
-        return int(_kernels.probe_indexed(self.starts, self.fingerprints, hashes, self.shift, queries, order,
+        """Look for the ``pending`` queries (positions into ``queries``, visited in that order) in ``hashes``
+        (the indexed, mapped column): a hit sets ``seg_of = number`` and ``row_of`` = its first row. The queries
+        still missing are moved, in order, to the front of ``pending``; returns their count."""
+        return int(_kernels.probe_indexed(self.starts, self.fingerprints, hashes, self.shift, queries, pending,
                                           seg_of, row_of, number))
 
     def bounds(self, query: int) -> tuple[int, int]:
@@ -167,14 +170,14 @@ class Segment:
             object.__setattr__(self, "_index", index)
             return index
 
-    def probe(self, queries: np.ndarray, order: np.ndarray, seg_of: np.ndarray, row_of: np.ndarray,
+    def probe(self, queries: np.ndarray, pending: np.ndarray, seg_of: np.ndarray, row_of: np.ndarray,
               number: int) -> int:
-        """Mark the queries not found yet that this segment holds (see :meth:`SegmentIndex.probe`): through
-        the index, or by binary search for small and in-memory segments. Returns how many it found."""
+        """Look for the pending queries in this segment (see :meth:`SegmentIndex.probe`): through the index,
+        or by binary search for small segments. Returns how many are still missing."""
         index = self.index()
         if index is not None:
-            return index.probe(self.hashes, queries, order, seg_of, row_of, number)
-        return int(_kernels.probe_sorted(self.hashes, queries, order, seg_of, row_of, number))
+            return index.probe(self.hashes, queries, pending, seg_of, row_of, number)
+        return int(_kernels.probe_sorted(self.hashes, queries, pending, seg_of, row_of, number))
 
     def hash_view(self) -> memoryview:
         """The hash column as a memoryview (cached): items read as Python ints without numpy scalars."""
@@ -248,6 +251,17 @@ def _file_tier(rows: int) -> int:
     flushes (about ``MEMTABLE_ROWS`` rows, or fewer when a snapshot flushes early) always share a tier."""
     base = MEMTABLE_ROWS // 2
     return int(math.log(rows / base, _FANOUT)) if rows > base else 0
+
+
+def _take_merged(tables: list[pa.Table], selected: np.ndarray) -> pa.Table:
+    """Rows ``selected`` (indices into the tables stacked) of a merge's inputs: per column, one compiled gather
+    from the inputs' buffers (no concatenated copy of the inputs first, as Arrow's ``take`` makes)."""
+    bounds = np.cumsum([t.num_rows for t in tables])
+    source = np.searchsorted(bounds, selected, side="right")
+    row = selected - np.concatenate([[0], bounds[:-1]])[source]
+    names = tables[0].column_names
+    return pa.table([row_gather.take_rows([_single_chunk(t.column(n)) for t in tables], source, row) for n in names],
+                    names=names)
 
 
 def _arrow_type(dtype: pl.DataType) -> pa.DataType:
@@ -349,12 +363,12 @@ class KvStore:
         if n == 0:
             return seg_of, row_of, order
         queries = np.ascontiguousarray(hashes, dtype=np.uint64)
-        left = n
+        pending = order.copy()
         for number, segment in enumerate(self.segments):
             if segment.rows == 0:
                 continue
-            left -= segment.probe(queries, order, seg_of, row_of, number)
-            if left == 0:
+            pending = pending[:segment.probe(queries, pending, seg_of, row_of, number)]
+            if pending.size == 0:
                 break
         return seg_of, row_of, order
 
@@ -697,7 +711,7 @@ class KvStore:
                 tomb_all = tomb_all | expired.astype(np.uint8)
             if bottom:
                 selected = selected[tomb_all[selected] == 0]
-            merged = combined.take(pa.array(selected)) if not _is_identity(selected, combined.num_rows) else combined
+            merged = _take_merged(tables, selected) if not _is_identity(selected, combined.num_rows) else combined
             ts = merged.column(TS_COLUMN)
             data = merged.drop_columns([TS_COLUMN])
             tomb = np.ascontiguousarray(tomb_all[selected])

@@ -14,7 +14,9 @@ import pyarrow as pa
 
 from fluss_lake.kv import _kernels  # type: ignore[attr-defined]
 
-__all__ = ["gather_column", "gather_numpy"]
+__all__ = ["gather_column", "gather_numpy", "take_rows"]
+
+_IN_ORDER = np.empty(0, dtype=np.int64)  # an empty visiting order: the queries' own order
 
 _VARIABLE = {pa.string(): (4, pa.large_string()), pa.large_string(): (8, pa.large_string()),
              pa.binary(): (4, pa.large_binary()), pa.large_binary(): (8, pa.large_binary())}
@@ -47,7 +49,7 @@ def gather_column(arrays: Sequence[pa.Array | None], involved: Sequence[int], se
 
     ``arrays[s]`` is the column of segment ``s`` (only the `involved` ones are read); ``seg_of`` must be -1
     wherever ``found`` is False; ``order`` is the order to visit queries in (the probe's hash order reads each
-    segment front to back).
+    segment front to back; empty: the queries' own order).
     """
     kinds = {arrays[s].type for s in involved}  # type: ignore[union-attr]
     if len(kinds) != 1:
@@ -105,7 +107,7 @@ def take_rows(columns: Sequence[pa.Array], source: np.ndarray, row: np.ndarray) 
     n = len(source)
     everything = np.ones(n, dtype=bool)
     involved = list(range(len(columns)))
-    gathered = gather_column(columns, involved, source, row, np.arange(n, dtype=np.int64), everything, True)
+    gathered = gather_column(columns, involved, source, row, _IN_ORDER, everything, True)
     kind = columns[0].type
     if gathered is not None:
         return gathered if gathered.type == kind else gathered.cast(kind)  # (large) offsets back to the source's

@@ -60,12 +60,13 @@ def test_probe_finds_exactly_what_a_binary_search_finds(case, seed) -> None:
     index = SegmentIndex.build(column)
     for probe in (lambda *a: index.probe(column, *a), lambda *a: _kernels.probe_sorted(column, *a)):
         seg_of, row_of = np.full(len(queries), -1, dtype=np.int64), np.zeros(len(queries), dtype=np.int64)
-        seg_of[:3] = 9  # already found in a newer segment: left alone
-        found = probe(queries, order, seg_of, row_of, 4)
+        seg_of[:3] = 9  # already found in a newer segment: not pending
+        pending = order[order >= 3]
+        missing = probe(queries, pending, seg_of, row_of, 4)
         assert seg_of[:3].tolist() == [9] * min(3, len(queries))
         got = [int(r) if s == 4 else -1 for s, r in zip(seg_of[3:], row_of[3:])]
         assert got == expected[3:]
-        assert found == sum(r >= 0 for r in expected[3:])
+        assert pending[:missing].tolist() == [i for i in order.tolist() if i >= 3 and expected[i] < 0]
     view = memoryview(column)
     import bisect
 
