@@ -289,3 +289,23 @@ def build_directory(const uint64_t[::1] hashes, int shift, index_t[::1] starts, 
         while b <= slots:
             starts[b] = <index_t>rows
             b += 1
+
+
+def radix_order(const uint64_t[::1] queries, int bits, int64_t[::1] order):
+    """A stable order of the queries by their top ``bits`` hash bits (a counting sort): a probe visiting them in
+    this order reads every segment front to back."""
+    cdef Py_ssize_t i, n = queries.shape[0], buckets = (<Py_ssize_t>1) << bits
+    cdef int shift = 64 - bits
+    counts_arr = np.zeros(buckets + 1, dtype=np.int64)
+    cdef int64_t[::1] counts = counts_arr
+    cdef int64_t total = 0, c
+    with nogil:
+        for i in range(n):
+            counts[(queries[i] >> shift) + 1] += 1
+        for i in range(1, buckets + 1):
+            total += counts[i]
+            counts[i] = total
+        for i in range(n):
+            c = counts[queries[i] >> shift]
+            order[c] = i
+            counts[queries[i] >> shift] = c + 1

@@ -354,15 +354,19 @@ class KvStore:
         the visiting order (for gathers).
 
         One compiled pass per segment, newest first, over the queries not found yet; queries are visited in
-        the order of their top 16 hash bits (a radix sort), so each segment is read roughly in file order.
+        the order of their top hash bits (a counting sort), so each segment is read roughly in file order.
         """
         n = len(hashes)
         seg_of = np.full(n, -1, dtype=np.int64)
         row_of = np.zeros(n, dtype=np.int64)
-        order = np.argsort((hashes >> np.uint64(48)).astype(np.uint16), kind="stable") if n > 64 else np.arange(n)
+        queries = np.ascontiguousarray(hashes, dtype=np.uint64)
+        order = np.empty(n, dtype=np.int64)
+        if n > 64:  # about one query per bucket of the top hash bits
+            _kernels.radix_order(queries, min(max(n.bit_length(), 8), 16), order)
+        else:
+            order[:] = np.arange(n)
         if n == 0:
             return seg_of, row_of, order
-        queries = np.ascontiguousarray(hashes, dtype=np.uint64)
         pending = order.copy()
         for number, segment in enumerate(self.segments):
             if segment.rows == 0:

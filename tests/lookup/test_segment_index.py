@@ -236,3 +236,12 @@ def test_point_readers_read_what_arrow_scalars_read(kind, values, with_null, cut
     array = pa.array(items, type=getattr(pa, kind)()).slice(min(cut, len(items) - 1))
     read = _point_reader(array)
     assert [read(i) for i in range(len(array))] == [array[i].as_py() for i in range(len(array))]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(U64, max_size=300), st.integers(8, 16))
+def test_radix_order_is_a_stable_sort_by_the_top_bits(values, bits) -> None:
+    queries = np.array(values, dtype=np.uint64)
+    order = np.empty(len(queries), dtype=np.int64)
+    _kernels.radix_order(queries, bits, order)
+    assert order.tolist() == np.argsort(queries >> np.uint64(64 - bits), kind="stable").tolist()
