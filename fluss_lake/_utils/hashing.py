@@ -1,15 +1,9 @@
-"""Vectorized hashes over many variable-length byte strings (Arrow binary data), with no per-row loop.
+"""Hashes over many variable-length byte strings (Arrow binary data), with no per-row Python loop.
 
 Every function takes *key bytes*: a ``pa.BinaryArray`` / ``pa.LargeBinaryArray`` (or a string,
 fixed-size binary, view or chunked variant), a :class:`ByteStrings` (a values buffer plus ``n + 1``
-offsets) or a :class:`ByteRanges` (a buffer plus per-row starts and lengths).
-
-Rows are hashed column-wise, with no per-row Python loop. The body loops over word (or stripe)
-positions ``j``: each step reads word ``j`` of a working set of rows in their natural order (a strided
-view, without index arrays, when all keys have one length and are evenly spaced); rows that run out of
-words set their state aside, and the working set shrinks once most rows are done. The tail (the last
-``len % block`` bytes) is then finished per tail class, rows grouped by class, so no step needs a mask.
-All arithmetic is unsigned 32- or 64-bit numpy arithmetic, which wraps like Java's ``int``/``long``.
+offsets) or a :class:`ByteRanges` (a buffer plus per-row starts and lengths). The per-row loops are
+compiled (``_hash_kernels.pyx``); what is around them (finalisers, bucket arithmetic) is numpy.
 
 - :func:`murmur3_32` -- textbook MurmurHash3 x86_32 (the Iceberg / Guava hash).
 - :func:`fluss_murmur_bucket` -- Fluss's default bucket function (``FlussBucketingFunction``).
@@ -20,13 +14,14 @@ All arithmetic is unsigned 32- or 64-bit numpy arithmetic, which wraps like Java
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from fluss_lake._utils import _hash_kernels  # type: ignore[attr-defined]
 from fluss_lake.exceptions import InvalidConfigError, InvalidTableError, NullPrimaryKeyError
 
 __all__ = [
@@ -43,7 +38,6 @@ __all__ = [
 
 _U32 = np.uint32
 _U64 = np.uint64
-_MASK64 = (1 << 64) - 1
 
 # MurmurHash3 x86_32 constants.
 _M_C1 = _U32(0xCC9E2D51)
@@ -53,15 +47,6 @@ _M_F1 = _U32(0x85EBCA6B)
 _M_F2 = _U32(0xC2B2AE35)
 _FLUSS_SEED = 42  # MurmurHashUtils.DEFAULT_SEED (Fluss and Paimon)
 
-# XXH64 primes.
-_P1 = 11400714785074694791
-_P2 = 14029467366897019727
-_P3 = 1609587929392839161
-_P4 = 9650029242287828579
-_P5 = 2870177450012600261
-_X_P1, _X_P2, _X_P3, _X_P4, _X_P5 = (_U64(p) for p in (_P1, _P2, _P3, _P4, _P5))
-_X_V1 = _U64((_P1 + _P2) & _MASK64)  # seed 0 + P1 + P2
-_X_V4 = _U64((-_P1) & _MASK64)  # seed 0 - P1
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,126 +156,12 @@ def _as_rows(keys: KeyBytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Normalise key bytes to ``(buffer, starts, lengths)``."""
     if isinstance(keys, ByteRanges):
         values = np.ascontiguousarray(keys.values, dtype=np.uint8)
-        return values, np.asarray(keys.starts, dtype=np.int64), np.asarray(keys.lengths, dtype=np.int64)
+        return (values, np.ascontiguousarray(keys.starts, dtype=np.int64),
+                np.ascontiguousarray(keys.lengths, dtype=np.int64))
     if not isinstance(keys, ByteStrings):
         keys = ByteStrings.from_arrow(keys)
-    return np.ascontiguousarray(keys.values, dtype=np.uint8), keys.starts(), keys.lengths()
-
-
-# --------------------------------------------------------------------------- row access
-
-Reader = Callable[[str, int], np.ndarray]  # (dtype, extra byte offset) -> one word per selected row
-_NARROW_BELOW = 0.75  # shrink the working set once fewer than this share of its rows still have a unit
-
-
-class _Rows:
-    """The rows being hashed, and word reads at per-row offsets: strided when possible, else gathered."""
-
-    __slots__ = ("buf", "starts", "lengths", "n", "uniform", "stride")
-
-    def __init__(self, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> None:
-        """Pad tiny buffers; note equal lengths and evenly spaced starts (reads without index arrays)."""
-        self.buf = buf if buf.size >= 8 else np.concatenate([buf, np.zeros(8 - buf.size, dtype=np.uint8)])
-        self.starts, self.lengths, self.n = starts, lengths, int(lengths.size)
-        self.uniform = int(lengths.min()) == int(lengths.max())
-        self.stride: int | None = None
-        if self.uniform and self.n == 1:
-            self.stride = 1
-        elif self.uniform and (step := int(starts[1] - starts[0])) > 0 and bool(np.all(np.diff(starts) == step)):
-            self.stride = step
-
-    def gather(self, pos: np.ndarray, *, clip: bool = False) -> Reader:
-        """Unaligned gathers at ``pos + extra``; ``clip`` keeps reads for rows that are too short (results
-        discarded) inside the buffer."""
-        buf = self.buf
-
-        def gathered(dtype: str, extra: int) -> np.ndarray:
-            size = np.dtype(dtype).itemsize
-            view = np.ndarray((buf.size - size + 1,), dtype=dtype, buffer=buf, strides=(1,))
-            at = pos + extra
-            if clip:
-                np.minimum(at, buf.size - size, out=at)
-            return view[at].astype(np.dtype(dtype).newbyteorder("="), copy=False)
-
-        return gathered
-
-    def reader(self, rel: int) -> Reader:
-        """Reads at ``start + rel + extra`` of every row (each must have those bytes)."""
-        buf = self.buf
-        if self.stride is not None:
-            stride, base, n = self.stride, int(self.starts[0]) + rel, self.n
-
-            def strided(dtype: str, extra: int) -> np.ndarray:
-                view = np.ndarray((n,), dtype=dtype, buffer=buf, offset=base + extra, strides=(stride,))
-                return view.astype(np.dtype(dtype).newbyteorder("="))
-
-            return strided
-        return self.gather(self.starts + rel)
-
-
-def _fold_units(
-    rows: _Rows, units: np.ndarray, block: int, state: np.ndarray, absorb: Callable[[np.ndarray, Reader], None]
-) -> None:
-    """Fold unit ``j`` (bytes ``block*j`` onwards) of every row that has one into ``state[..., row]``.
-
-    Each step runs on a working set of rows in their natural order (sequential reads). A row that has no
-    unit ``j`` is finished: its state is set aside before the step and put back at the end, so the step
-    itself needs no mask. When fewer than three quarters of the working set go on, it shrinks to them.
-    """
-    top = int(units.max())
-    if rows.uniform:
-        for j in range(top):
-            absorb(state, rows.reader(block * j))
-        return
-    sub: np.ndarray | None = None  # working set (None = all rows)
-    cur, cur_units, cur_starts = state, units, rows.starts
-    finished: list[tuple[np.ndarray, np.ndarray]] = []  # (row indices, their final state)
-    for j in range(top):
-        going = cur_units > j
-        count = int(np.count_nonzero(going))
-        if count < _NARROW_BELOW * cur_units.size:
-            keep = np.flatnonzero(going)
-            if sub is not None:
-                state[..., sub] = cur
-            sub = keep if sub is None else sub[keep]
-            cur, cur_units, cur_starts = state[..., sub], units[sub], rows.starts[sub]
-        elif count < cur_units.size:
-            done = np.flatnonzero(cur_units == j)
-            if done.size:
-                finished.append((done if sub is None else sub[done], cur[..., done]))
-        if sub is None and count == cur_units.size:
-            absorb(cur, rows.reader(block * j))
-        else:
-            absorb(cur, rows.gather(cur_starts + block * j, clip=count < cur_units.size))
-    if sub is not None:
-        state[..., sub] = cur
-    for idx, value in finished:
-        state[..., idx] = value
-
-
-def _finish_tails(
-    rows: _Rows, state: np.ndarray, block: int, finish: Callable[[np.ndarray, Reader, int], None]
-) -> None:
-    """Run ``finish(state_part, read, tail_length)`` once per tail class (``len % block``), reading from
-    each row's first tail byte. Rows are grouped by class (in order inside a class), so each call's rows
-    share one sequence of steps and need no mask."""
-    if rows.uniform:
-        length = int(rows.lengths[0])
-        if length % block:
-            finish(state, rows.reader(length - length % block), length % block)
-        return
-    tails = (rows.lengths & (block - 1)).astype(np.uint8 if block <= 256 else np.int64)
-    order = np.argsort(tails, kind="stable")
-    bounds = np.searchsorted(tails[order], np.arange(block + 1)).tolist()
-    first = bounds[1]  # class 0 has no tail
-    order = order[first:]
-    part = state[..., order]
-    at = rows.starts[order] + (rows.lengths[order] & ~(block - 1))
-    for c in range(1, block):
-        a, b = bounds[c] - first, bounds[c + 1] - first
-        if b > a:
-            finish(part[..., a:b], rows.gather(at[a:b]), c)
-    state[..., order] = part
+    return (np.ascontiguousarray(keys.values, dtype=np.uint8), np.ascontiguousarray(keys.starts(), dtype=np.int64),
+            np.ascontiguousarray(keys.lengths(), dtype=np.int64))
 
 
 # --------------------------------------------------------------------------- murmur3 x86_32
@@ -333,29 +204,9 @@ def _fmix32(h: np.ndarray) -> np.ndarray:
 
 def _murmur3_rows(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: int, *, flink: bool) -> np.ndarray:
     """MurmurHash3 x86_32 of each row; ``flink`` mixes each trailing byte on its own, sign-extended."""
-    if lengths.size == 0:
-        return np.zeros(0, dtype=_U32)
-    rows = _Rows(buf, starts, lengths)
-    h = np.full(lengths.size, seed & 0xFFFFFFFF, dtype=_U32)
-
-    def word(hv: np.ndarray, read: Reader) -> None:
-        _mix_h1(hv, _mix_k1(read("<u4", 0)))
-
-    _fold_units(rows, lengths >> 2, 4, h, word)
-
-    def tail(hv: np.ndarray, read: Reader, count: int) -> None:
-        if flink:  # each trailing byte is its own k1, sign-extended like a Java byte
-            for t in range(count):
-                _mix_h1(hv, _mix_k1(read("u1", t).view(np.int8).astype(np.int32).view(_U32)))
-        else:  # the trailing bytes form one little-endian k1
-            k = np.zeros(hv.size, dtype=_U32)
-            for t in range(count):
-                k |= read("u1", t).astype(_U32) << _U32(8 * t)
-            hv ^= _mix_k1(k)
-
-    _finish_tails(rows, h, 4, tail)
-    h ^= lengths.astype(_U32)
-    return _fmix32(h)
+    out = np.empty(lengths.size, dtype=_U32)
+    _hash_kernels.murmur3_rows(buf, starts, lengths, seed & 0xFFFFFFFF, flink, out)
+    return out
 
 
 def check_num_buckets(num_buckets: int) -> int:
@@ -473,85 +324,11 @@ def iceberg_bucket(keys: KeyBytes, num_buckets: int) -> npt.NDArray[np.int32]:
 # --------------------------------------------------------------------------- XXH64
 
 
-def _rotl64(x: np.ndarray, r: int) -> np.ndarray:
-    """Rotate ``uint64`` values left by ``r`` bits, in place."""
-    high = x >> _U64(64 - r)
-    x <<= _U64(r)
-    x |= high
-    return x
-
-
-def _xxh_round(acc: np.ndarray, lane: np.ndarray) -> np.ndarray:
-    """XXH64 round: ``acc = rotl(acc + lane * P2, 31) * P1``, in place on ``acc``."""
-    lane *= _X_P2
-    acc += lane
-    _rotl64(acc, 31)
-    acc *= _X_P1
-    return acc
-
-
 def _xxh64_rows(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """XXH64 (seed 0) of each row of ``buf``."""
-    n = lengths.size
-    if n == 0:
-        return np.zeros(0, dtype=_U64)
-    rows = _Rows(buf, starts, lengths)
-    h = np.full(n, _X_P5, dtype=_U64)
-    if int(lengths.max()) >= 32:  # 32+ bytes: 32-byte stripes into four accumulators, then merged
-        acc = np.empty((4, n), dtype=_U64)
-        acc[:] = np.array([_X_V1, _X_P2, 0, _X_V4], dtype=_U64)[:, None]
-
-        def stripe(av: np.ndarray, read: Reader) -> None:
-            for lane in range(4):
-                _xxh_round(av[lane], read("<u8", 8 * lane))
-
-        _fold_units(rows, lengths >> 5, 32, acc, stripe)
-
-        long_rows = None if int(lengths.min()) >= 32 else np.flatnonzero(lengths >= 32)
-        av = acc if long_rows is None else acc[:, long_rows]
-        hv = _rotl64(av[0].copy(), 1)
-        hv += _rotl64(av[1].copy(), 7)
-        hv += _rotl64(av[2].copy(), 12)
-        hv += _rotl64(av[3].copy(), 18)
-        for v in av:
-            hv ^= _xxh_round(np.zeros(hv.size, dtype=_U64), v.copy())
-            hv *= _X_P1
-            hv += _X_P4
-        if long_rows is None:
-            h = hv
-        else:
-            h[long_rows] = hv
-    h += lengths.astype(_U64)
-
-    def tail(hv: np.ndarray, read: Reader, count: int) -> None:
-        for t in range(count >> 3):  # whole 8-byte words
-            hv ^= _xxh_round(np.zeros(hv.size, dtype=_U64), read("<u8", 8 * t))
-            _rotl64(hv, 27)
-            hv *= _X_P1
-            hv += _X_P4
-        at = count & ~7
-        if count & 4:  # one 4-byte word
-            k = read("<u4", at).astype(_U64)
-            k *= _X_P1
-            hv ^= k
-            _rotl64(hv, 23)
-            hv *= _X_P2
-            hv += _X_P3
-            at += 4
-        for t in range(count & 3):  # single bytes
-            k = read("u1", at + t).astype(_U64)
-            k *= _X_P5
-            hv ^= k
-            _rotl64(hv, 11)
-            hv *= _X_P1
-
-    _finish_tails(rows, h, 32, tail)
-    h ^= h >> _U64(33)
-    h *= _X_P2
-    h ^= h >> _U64(29)
-    h *= _X_P3
-    h ^= h >> _U64(32)
-    return h
+    out = np.empty(lengths.size, dtype=_U64)
+    _hash_kernels.xxh64_rows(buf, starts, lengths, out)
+    return out
 
 
 def hash64(keys: KeyBytes) -> npt.NDArray[np.uint64]:
