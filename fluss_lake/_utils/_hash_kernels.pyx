@@ -132,3 +132,34 @@ def xxh64_rows(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[
             h *= P3
             h ^= h >> 32
             out[i] = h
+
+
+def append_rows(const uint8_t[::1] pool, const int64_t[::1] starts, const int64_t[::1] lengths,
+                int64_t[::1] cursor, uint8_t[::1] out):
+    """Append ``pool[starts[i]:starts[i] + lengths[i]]`` to row ``i`` of ``out`` at ``cursor[i]`` (advanced):
+    building many keys from their parts, one part (column) at a time."""
+    cdef Py_ssize_t i, n = lengths.shape[0]
+    cdef int64_t length
+    with nogil:
+        for i in range(n):
+            length = lengths[i]
+            if length:
+                memcpy(&out[cursor[i]], &pool[starts[i]], length)
+                cursor[i] += length
+
+
+def varint_rows(const uint64_t[::1] values, uint8_t[:, ::1] matrix, int64_t[::1] lengths):
+    """Unsigned LEB128 of each value into its matrix row (as wide as the longest); ``lengths`` = bytes used."""
+    cdef Py_ssize_t i, n = values.shape[0]
+    cdef uint64_t v
+    cdef int b
+    with nogil:
+        for i in range(n):
+            v = values[i]
+            b = 0
+            while v >= 0x80:
+                matrix[i, b] = <uint8_t>((v & 0x7F) | 0x80)
+                v >>= 7
+                b += 1
+            matrix[i, b] = <uint8_t>v
+            lengths[i] = b + 1

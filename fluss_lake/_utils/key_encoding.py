@@ -6,9 +6,8 @@
   Iceberg's ``bucket[N]``.
 
 Each column is first turned into *segments*: per-row byte ranges of one source buffer (a small ``uint8``
-matrix built with numpy, or an Arrow string array used as is). Runs of narrow segments are packed with one
-boolean mask over their side-by-side matrices; Arrow's ``binary_join_element_wise`` then joins them with
-the string data row by row.
+matrix built with numpy or a compiled varint loop, or an Arrow string array's data used as is). The rows'
+offsets are summed from the segments' lengths, then each segment is copied into place by one compiled pass.
 
 Fluss keeps TIME as milliseconds of the day, so finer Arrow time units are floored to milliseconds by both
 encoders. Arrow timestamp units map to Fluss precisions: ``s``/``ms`` -> precision <= 3 (compact),
@@ -22,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from fluss_lake._utils import _hash_kernels  # type: ignore[attr-defined]
 from fluss_lake.exceptions import InvalidConfigError, InvalidTableError, NullPrimaryKeyError, SchemaMismatchError
 
 __all__ = [
@@ -97,20 +96,12 @@ def _varint_len(top: int) -> int:
 
 def _varint(values: np.ndarray) -> KeySegment:
     """Unsigned LEB128 of ``uint32``/``uint64`` values (Fluss ``writeInt``/``writeLong``) as a matrix segment."""
-    unsigned = values.astype(np.uint64)
+    unsigned = np.ascontiguousarray(values, dtype=np.uint64)
     n = unsigned.size
     width = _varint_len(int(unsigned.max())) if n else 1
-    lengths = np.ones(n, dtype=np.int64)
-    for k in range(1, width):
-        lengths += unsigned >= np.uint64(1 << (7 * k))
     matrix = np.empty((n, width), dtype=np.uint8)
-    rest = unsigned.copy()
-    for b in range(width):
-        byte = (rest & np.uint64(0x7F)).astype(np.uint8)
-        if b + 1 < width:
-            byte |= (lengths > b + 1).astype(np.uint8) << np.uint8(7)
-        matrix[:, b] = byte
-        rest >>= np.uint64(7)
+    lengths = np.empty(n, dtype=np.int64)
+    _hash_kernels.varint_rows(unsigned, matrix, lengths)
     return KeySegment.of_matrix(matrix, lengths)
 
 
@@ -218,58 +209,22 @@ def check_key_columns(columns: Sequence[pa.Array | pa.ChunkedArray], names: Sequ
 
 
 def assemble_segments(segments: list[KeySegment], n: int) -> pa.Array:
-    """Concatenate each row's segments, in order, into one binary array (large if over 2 GiB).
-
-    Each run of narrow segments is packed into one binary array with one boolean mask; the runs and the
-    wide segments' Arrow arrays are then joined row by row by Arrow's ``binary_join_element_wise`` (a
-    per-row copy in C++).
-    """
-    total = sum(int(seg.lengths.sum()) for seg in segments)
-    target = pa.large_binary() if total >= 2**31 else pa.binary()
-    parts: list[pa.Array] = []
-    run: list[KeySegment] = []
-    for seg in segments:
-        if seg.array is None:
-            run.append(seg)
-            continue
-        if run:
-            parts.append(_pack_narrow(run, n, target))
-            run = []
-        parts.append(seg.array.cast(target))
-    if run:
-        parts.append(_pack_narrow(run, n, target))
-    if len(parts) == 1:
-        return parts[0]
-    return pc.binary_join_element_wise(*parts, pa.scalar(b"", target))
-
-
-def _pack_narrow(segments: list[KeySegment], n: int, target: pa.DataType) -> pa.Array:
-    """Concatenate narrow segments row by row into one binary array of type ``target``.
-
-    The segments' matrices are laid side by side and each row's used bytes are kept with one boolean mask.
-    """
+    """Concatenate each row's segments, in order, into one binary array (large if over 2 GiB): the rows'
+    offsets first, then one compiled copy pass per segment."""
     row_len = np.zeros(n, dtype=np.int64)
     for seg in segments:
         row_len += seg.lengths
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(row_len, out=offsets[1:])
-    matrix = np.concatenate([seg.pool.reshape(n, seg.width or 0) for seg in segments], axis=1)
-    if all(seg.is_full_matrix() for seg in segments):
-        values = matrix.reshape(-1)
-    else:
-        values = matrix[np.concatenate([_used(seg, n) for seg in segments], axis=1)]
+    total = int(offsets[-1])
+    target = pa.large_binary() if total >= 2**31 else pa.binary()
+    values = np.empty(total, dtype=np.uint8)
+    cursor = offsets[:-1].copy()
+    for seg in segments:
+        _hash_kernels.append_rows(np.ascontiguousarray(seg.pool, dtype=np.uint8), np.ascontiguousarray(seg.starts, dtype=np.int64),
+                                  np.ascontiguousarray(seg.lengths, dtype=np.int64), cursor, values)
     offset_dtype = np.int64 if target == pa.large_binary() else np.int32
     return pa.Array.from_buffers(target, n, [None, pa.py_buffer(offsets.astype(offset_dtype)), pa.py_buffer(values)])
-
-
-def _used(seg: KeySegment, n: int) -> np.ndarray:
-    """``(n, width)`` mask of the matrix bytes a narrow segment uses in each row."""
-    width = seg.width or 0
-    columns = np.arange(width)
-    skip = seg.starts - np.arange(n, dtype=np.int64) * width  # > 0 for right-aligned bytes (decimals)
-    if not skip.any():
-        return columns < seg.lengths[:, None]
-    return (columns >= skip[:, None]) & (columns < (skip + seg.lengths)[:, None])
 
 
 # --------------------------------------------------------------------------- compacted key
