@@ -16,7 +16,7 @@ cdef extern from *:
     void prefetch "__builtin_prefetch"(const void* address) nogil
 
 cdef enum:
-    AHEAD = 16  # how many queries ahead a loop prefetches what it will read (a probe: half as far, fingerprints)
+    AHEAD = 32  # how many queries ahead a loop prefetches what it will read (a probe: half as far, fingerprints)
 
 ctypedef fused index_t:
     uint32_t
