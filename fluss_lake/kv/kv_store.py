@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import polars as pl
 import pyarrow as pa
 
 from fluss_lake.io.files import fsync_file
+from fluss_lake.kv import memtable_budget
 
 __all__ = ["HASH_COLUMN", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex"]
 
@@ -35,7 +37,8 @@ _FANOUT = 4
 _MIN_TIER_ROWS = 4096
 _MAX_SEGMENTS = 24
 #: Recent after-images stay in memory (bounded, like RocksDB's memtable) until this many rows or batches
-#: gather; the changelog in the log is their durable copy, so a crash loses nothing.
+#: gather, or until the memtables of all stores of the process exceed their shared budget
+#: (:mod:`fluss_lake.kv.memtable_budget`); the changelog in the log is their durable copy, so a crash loses nothing.
 MEMTABLE_ROWS = 262_144
 MEMTABLE_BATCHES = 32
 
@@ -313,14 +316,18 @@ class KvStore:
     """The current rows of one bucket, keyed by primary key."""
 
     def __init__(self, directory: str, schema: pl.Schema, primary_key: Sequence[str], *, ttl_ms: int = 0,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, lock: threading.RLock | None = None) -> None:
         self.directory = directory
+        # Guards the segments; the process memtable budget takes it (without waiting) to flush this store.
+        self.lock = lock if lock is not None else threading.RLock()
+        self.memtable_bytes = 0  # bytes of the in-memory segments, counted against the process budget
         self.ttl_ms = ttl_ms  # table.kv.ttl: rows not written for this long are dropped when compaction reaches them
         self.clock = clock
         self.schema = schema
         self.primary_key = tuple(primary_key)
         self.segments: list[Segment] = []  # newest first
         self.retired: list[Segment] = []  # merged away; files deleted by the owner when no snapshot needs them
+        memtable_budget.register(self)
 
     # ---------------------------------------------------------------- reads
     def _conform(self, table: pa.Table) -> pl.DataFrame:
@@ -596,10 +603,18 @@ class KvStore:
               order: np.ndarray | None = None) -> None:
         """Add after-images (one per key, `deleted` marks tombstones, committed at `commit_ts`) as a new segment.
 
-        `order` may pass ``argsort(hashes)`` when the caller already has it (saves a sort).
+        `order` may pass ``argsort(hashes)`` when the caller already has it (saves a sort). Then the memtable
+        is flushed if it is full, and the process memtable budget is enforced (which may flush other stores).
         """
         if rows.height == 0:
             return
+        with self.lock:
+            self._add_to_memtable(hashes, rows, deleted, commit_ts, order)
+            memtable_budget.enforce(self)
+
+    def _add_to_memtable(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray,
+                         commit_ts: np.ndarray | int, order: np.ndarray | None) -> None:
+        """:meth:`apply` without the budget: a new memtable segment, then a flush or in-memory merges."""
         if order is None:
             order = np.argsort(hashes, kind="stable")
         ts = np.empty(rows.height, dtype=np.int64)
@@ -611,6 +626,7 @@ class KvStore:
         sorted_hashes = np.ascontiguousarray(hashes[order], dtype=np.uint64)
         tomb = np.ascontiguousarray(np.asarray(deleted, dtype=bool)[order]).view(np.uint8)
         self.segments.insert(0, _memory_segment(data, sorted_hashes, tomb, pa.array(ts, pa.int64())))
+        self._account()
         memtable = self._memtable_size()
         if memtable >= MEMTABLE_BATCHES or sum(s.rows for s in self.segments[:memtable]) >= MEMTABLE_ROWS:
             self.flush_memtable()
@@ -631,16 +647,22 @@ class KvStore:
             count += 1
         return count
 
+    def _account(self) -> None:
+        """Recount the bytes of the memtable (for the process budget)."""
+        self.memtable_bytes = sum(s.table.nbytes for s in self.segments[:self._memtable_size()])
+
     def flush_memtable(self) -> None:
         """Write the in-memory segments as one file segment, then compact the files."""
-        count = self._memtable_size()
-        if count:
-            self._merge(0, count)
-        self._compact()
+        with self.lock:
+            count = self._memtable_size()
+            if count:
+                self._merge(0, count)
+            self._compact()
 
     def adopt(self, segments: list[Segment]) -> None:
         """Install segments (newest first) restored from a snapshot."""
         self.segments = list(segments)
+        self._account()
 
     def _compact(self) -> None:
         """Merge runs of FANOUT same-tier segments; bound the number of segments."""
@@ -722,6 +744,9 @@ class KvStore:
         # only files need the owner's clean-up; a merged memtable segment is freed right away
         self.retired.extend(s for s in self.segments[i:j] if s.on_disk)
         self.segments[i:j] = replacement
+        self._account()
+        if not in_memory:  # the merge's working copies are freed: hand their pages back to the OS
+            pa.default_memory_pool().release_unused()
 
     def compact_all(self) -> None:
         """Merge every segment into one (expired rows and tombstones dropped): a full compaction."""
