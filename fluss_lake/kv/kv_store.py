@@ -264,11 +264,16 @@ def _single_chunk(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
-def _file_tier(rows: int) -> int:
-    """Size class of a file segment: tier 0 holds everything up to FANOUT x half a memtable, so memtable
-    flushes (about ``MEMTABLE_ROWS`` rows, or fewer when a snapshot flushes early) always share a tier."""
-    base = MEMTABLE_ROWS // 2
-    return int(math.log(rows / base, _FANOUT)) if rows > base else 0
+def _similar(rows: Sequence[int]) -> bool:
+    """Whether segments are close enough in size to merge as one run: the largest at most FANOUT times the smallest
+    (segments under ``_MIN_TIER_ROWS`` rows count as that many).
+
+    A ratio, not fixed tier boundaries: flushes of varying size (the process memtable budget flushes memtables
+    early; snapshots flush short ones) always form runs, and every merge at least grows its largest input by
+    ``1 + (FANOUT - 1) / FANOUT``, so a row is rewritten a logarithmic number of times.
+    """
+    sizes = [max(r, _MIN_TIER_ROWS) for r in rows]
+    return max(sizes) <= _FANOUT * min(sizes)
 
 
 def _arrow_type(dtype: pl.DataType) -> pa.DataType:
@@ -675,16 +680,20 @@ class KvStore:
     def _find_run(self) -> tuple[int, int] | None:
         """A contiguous run [i, j) of file segments to merge, or None (the memtable is left alone).
 
-        File segments are tiered by :func:`_file_tier`, whose smallest tier holds every memtable flush (a
-        flush is about ``MEMTABLE_ROWS`` rows, sometimes fewer), so FANOUT flushes always form a run.
+        First, a segment much smaller than the newer one above it (a short flush left between larger
+        segments) is merged into that neighbour, which is usually a fresh flush; then the newest run of FANOUT
+        segments of similar size (:func:`_similar`) is merged. Past ``_MAX_SEGMENTS`` the newer half is merged.
         """
         first = self._memtable_size()
-        tiers = [_file_tier(s.rows) for s in self.segments[first:]]
-        for i in range(len(tiers) - _FANOUT + 1):
-            if len(set(tiers[i:i + _FANOUT])) == 1:
+        sizes = [max(s.rows, _MIN_TIER_ROWS) for s in self.segments[first:]]
+        for i in range(1, len(sizes)):
+            if sizes[i] * _FANOUT < sizes[i - 1]:
+                return first + i - 1, first + i + 1
+        for i in range(len(sizes) - _FANOUT + 1):
+            if _similar(sizes[i:i + _FANOUT]):
                 return first + i, first + i + _FANOUT
-        if len(tiers) > _MAX_SEGMENTS:
-            return first, first + len(tiers) // 2 + 1
+        if len(sizes) > _MAX_SEGMENTS:
+            return first, first + len(sizes) // 2 + 1
         return None
 
     def _data_table(self, segment: Segment) -> pa.Table:

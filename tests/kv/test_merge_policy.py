@@ -19,9 +19,9 @@ def _apply(store: KvStore, ids: np.ndarray, tag: str, ts: int) -> None:
 
 
 def test_flushes_straddling_a_tier_boundary_still_merge(tmp_path, monkeypatch) -> None:
-    # Flushes of 1,000 and 1,100 rows around MEMTABLE_ROWS (1,024): before, they fell in two tiers that alternated,
-    # so no run of four same-tier segments formed and segments piled up.
-    monkeypatch.setattr(kv_store, "MEMTABLE_ROWS", 1024)
+    # Flushes of 1,000 and 1,100 rows: with fixed tier boundaries near that size they fell in two tiers that
+    # alternated, so no run of four same-tier segments formed and segments piled up.
+    monkeypatch.setattr(kv_store, "_MIN_TIER_ROWS", 16)
     store = KvStore(str(tmp_path), SCHEMA, ("id",))
     expected: dict[int, str] = {}
     next_id = 0
@@ -33,11 +33,38 @@ def test_flushes_straddling_a_tier_boundary_still_merge(tmp_path, monkeypatch) -
         store.flush_memtable()
         expected.update({int(i): f"a{i}" for i in ids})
     file_segments = [s for s in store.segments if s.on_disk]
-    # 24 flushes with FANOUT 4: at most FANOUT - 1 segments per tier, tiers grow by 4x
+    # 24 flushes with FANOUT 4: at most FANOUT - 1 segments per size class, classes grow by 4x
     assert len(file_segments) <= 2 * (kv_store._FANOUT - 1), [s.rows for s in file_segments]
-    tiers = [kv_store._file_tier(s.rows) for s in file_segments]
-    assert all(tiers.count(t) < kv_store._FANOUT for t in set(tiers))
+    assert store._find_run() is None
     assert dict(store.scan().iter_rows()) == expected
+
+
+def test_flushes_of_varying_size_merge_logarithmically(tmp_path, monkeypatch) -> None:
+    # Flushes forced by the process memtable budget vary in size, and snapshots flush a few rows: every row is
+    # still rewritten a logarithmic number of times and the segments a lookup probes stay few.
+    monkeypatch.setattr(kv_store, "_MIN_TIER_ROWS", 16)
+    written = [0]
+    write_segment = kv_store.write_segment
+
+    def counting(directory, frame, **kwargs):
+        written[0] += frame.num_rows
+        return write_segment(directory, frame, **kwargs)
+
+    monkeypatch.setattr(kv_store, "write_segment", counting)
+    store = KvStore(str(tmp_path), SCHEMA, ("id",))
+    rng = np.random.default_rng(11)
+    next_id, most = 0, 0
+    for flush in range(300):
+        size = 3 if flush % 7 == 6 else int(rng.integers(200, 800))
+        _apply(store, np.arange(next_id, next_id + size), "a", flush)
+        next_id += size
+        store.flush_memtable()
+        most = max(most, len(store.segments))
+    rewrites = written[0] / next_id  # 1.0: each row written once, at its flush
+    # about log4(150k / 500) ~ 4 merge levels; fixed tiers sized for big flushes rewrote these rows ~50 times
+    assert rewrites <= 8, rewrites
+    assert most <= 3 * (kv_store._FANOUT - 1) + 4, most
+    assert store.row_count() == next_id
 
 
 def test_updates_and_deletes_survive_tiered_merges(tmp_path, monkeypatch) -> None:
