@@ -110,3 +110,34 @@ def test_state_after_reopen_is_identical(tmp_path, budget) -> None:
 def test_budget_must_be_positive() -> None:
     with pytest.raises(InvalidConfigError):
         memtable_budget.set_limit_bytes(0)
+
+
+def test_threads_writing_different_tables_share_the_budget(tmp_path, budget) -> None:
+    # Each thread's writes may flush the other table's memtables (their locks are only tried): no deadlock, no
+    # lost row.
+    budget(32 << 10)
+    conn = fl.connect(tmp_path)
+    conn.create_database("d")
+    for name in ("a", "b"):
+        conn.create_table(f"d.{name}", schema={"id": "BIGINT", "v": "BIGINT"}, primary_key=["id"], bucket_num=2)
+    errors: list[BaseException] = []
+
+    def writer(name: str) -> None:
+        try:
+            table = conn.get_table(f"d.{name}")
+            for step in range(30):
+                ids = np.arange(step * 100, step * 100 + 300)
+                table.upsert(pl.DataFrame({"id": ids, "v": np.full(len(ids), step)}))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    expected = pl.DataFrame({"id": np.arange(0, 29 * 100 + 300), "v": np.minimum(np.arange(0, 3200) // 100, 29)})
+    for name in ("a", "b"):
+        assert conn.get_table(f"d.{name}").to_polars().sort("id").equals(expected)
+        assert fl.connect(tmp_path).get_table(f"d.{name}").to_polars().sort("id").equals(expected)
