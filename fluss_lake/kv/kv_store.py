@@ -36,6 +36,9 @@ TS_COLUMN = "__ts"  # Int64 commit time (epoch ms) of the after-image, for table
 _FANOUT = 4
 _MIN_TIER_ROWS = 4096
 _MAX_SEGMENTS = 24
+#: File merges of at least this many rows are written column by column through temporary mapped files
+#: (:func:`_write_spilled`), so their memory does not grow with the table.
+_SPILL_MERGE_ROWS = 1_000_000
 #: Recent after-images stay in memory (bounded, like RocksDB's memtable) until this many rows or batches
 #: gather, or until the memtables of all stores of the process exceed their shared budget
 #: (:mod:`fluss_lake.kv.memtable_budget`); the changelog in the log is their durable copy, so a crash loses nothing.
@@ -300,6 +303,35 @@ def _memory_segment(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray, ts: pa
     """A memtable segment (sorted by hash) built straight from Arrow columns."""
     table = _segment_table(data, hashes, tomb, ts).combine_chunks()
     return Segment(f"mem-{uuid.uuid4().hex}", None, table, hashes, tomb.view(np.bool_), table.num_rows)
+
+
+def _write_spilled(directory: str, combined: pa.Table, selected: np.ndarray, hashes: np.ndarray,
+                   tomb: np.ndarray) -> Segment:
+    """Write rows `selected` of `combined` (value columns, then commit time) as a segment, one column at a time.
+
+    Each column is taken, written to a temporary file and mapped back, so the process holds one merged column at
+    a time instead of the whole merged table (the mapped pages are file cache the OS can drop); the segment file
+    is still one record batch with contiguous columns. Used for big file merges (tables larger than RAM).
+    """
+    os.makedirs(directory, exist_ok=True)
+    indices = pa.array(selected)
+    names = [name for name in combined.column_names if name != TS_COLUMN]
+    spills: list[str] = []
+    mapped: list[pa.ChunkedArray] = []
+    try:
+        for name in [*names, TS_COLUMN]:
+            column = pa.table({name: combined.column(name).take(indices)})
+            path = os.path.join(directory, f".tmp-spill-{uuid.uuid4().hex}.arrow")
+            spills.append(path)
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, column.schema) as writer:
+                writer.write_table(column, max_chunksize=max(len(selected), 1))
+            del column
+            mapped.append(pa.ipc.open_file(pa.memory_map(path)).read_all().column(0))
+        data = pa.table(mapped[:-1], names=names)
+        return write_segment(directory, _segment_table(data, hashes, tomb, mapped[-1]))
+    finally:
+        for path in spills:
+            os.unlink(path)  # a mapping stays valid after its file is unlinked
 
 
 def write_segment(directory: str, frame: pl.DataFrame | pa.Table, *, fsync: bool = False) -> Segment:
@@ -729,6 +761,8 @@ class KvStore:
                 if not _keys_equal(later, earlier, self.primary_key).all():  # a hash collision: compare keys
                     keep = self._first_of_each_key(frame, order)
             selected = order[keep]
+            kept_hashes = sorted_hashes[keep]  # = hashes[selected]
+            del hashes, order, sorted_hashes, repeat, keep  # big merges: hold as few row-sized arrays as possible
             tomb_all = np.concatenate([s.tomb for s in chosen]).view(np.uint8)
             if self.ttl_ms > 0 and not in_memory and self.clock is not None:
                 # table.kv.ttl: an expired row becomes a tombstone (so no older version shows through) and is
@@ -737,16 +771,21 @@ class KvStore:
                 expired = ~np.isnan(ts_all.astype(np.float64)) & (ts_all < self.clock() - self.ttl_ms)
                 tomb_all = tomb_all | expired.astype(np.uint8)
             if bottom:
-                selected = selected[tomb_all[selected] == 0]
-            merged = combined.take(pa.array(selected)) if not _is_identity(selected, combined.num_rows) else combined
-            ts = merged.column(TS_COLUMN)
-            data = merged.drop_columns([TS_COLUMN])
+                live = tomb_all[selected] == 0
+                selected, kept_hashes = selected[live], kept_hashes[live]
             tomb = np.ascontiguousarray(tomb_all[selected])
-            segment_hashes = np.ascontiguousarray(hashes[selected])
-            if in_memory:
-                segment = _memory_segment(data, segment_hashes, tomb, ts)
+            del tomb_all
+            segment_hashes = np.ascontiguousarray(kept_hashes)
+            if not in_memory and len(selected) >= _SPILL_MERGE_ROWS:
+                segment = _write_spilled(self.directory, combined, selected, segment_hashes, tomb)
             else:
-                segment = write_segment(self.directory, _segment_table(data, segment_hashes, tomb, ts))
+                merged = combined.take(pa.array(selected)) if not _is_identity(selected, combined.num_rows) else combined
+                ts = merged.column(TS_COLUMN)
+                data = merged.drop_columns([TS_COLUMN])
+                if in_memory:
+                    segment = _memory_segment(data, segment_hashes, tomb, ts)
+                else:
+                    segment = write_segment(self.directory, _segment_table(data, segment_hashes, tomb, ts))
             replacement = [segment]
         else:
             replacement = []

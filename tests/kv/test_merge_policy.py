@@ -1,10 +1,14 @@
-"""The segment merge policy of the KV store: memtable flushes of slightly different sizes share a tier, so
-they always merge in runs of FANOUT, and the number of file segments stays logarithmic in the table size."""
+"""The segment merge policy of the KV store: flushes of similar or varying size always merge in runs of FANOUT,
+rows are rewritten a logarithmic number of times, and big merges (written column by column) give the same
+segments."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from fluss_lake.kv import kv_store
 from fluss_lake.kv.key_index import index_hashes
@@ -85,3 +89,28 @@ def test_updates_and_deletes_survive_tiered_merges(tmp_path, monkeypatch) -> Non
     store.compact_all()
     assert len(store.segments) == 1 and not store.segments[0].tomb.any()
     assert dict(store.scan().iter_rows()) == expected
+
+
+def test_big_merges_written_column_by_column_give_the_same_segments(tmp_path, monkeypatch) -> None:
+    # Merges of at least _SPILL_MERGE_ROWS rows take one column at a time through temporary mapped files: same rows,
+    # same single-batch segment files, no temporary file left.
+    monkeypatch.setattr(kv_store, "MEMTABLE_ROWS", 256)
+    stores = {}
+    for name, spill_rows in (("plain", 10**9), ("spilled", 1)):
+        monkeypatch.setattr(kv_store, "_SPILL_MERGE_ROWS", spill_rows)
+        store = KvStore(str(tmp_path / name), SCHEMA, ("id",))
+        rng = np.random.default_rng(3)
+        for step in range(30):
+            _apply(store, np.unique(rng.integers(0, 2000, 300)), f"s{step}-", step)
+            gone = np.unique(rng.integers(0, 2000, 20))
+            rows = pl.DataFrame({"id": gone, "v": [None] * len(gone)}, schema=SCHEMA)
+            store.apply(index_hashes(rows, ("id",)), rows, np.ones(len(gone), dtype=bool), step)
+        store.compact_all()
+        stores[name] = store
+    plain, spilled = stores["plain"], stores["spilled"]
+    assert plain.scan().sort("id").equals(spilled.scan().sort("id"))
+    assert [s.rows for s in plain.segments] == [s.rows for s in spilled.segments] == [plain.row_count()]
+    segment = spilled.segments[0]
+    assert pa.ipc.open_file(pa.memory_map(segment.path)).num_record_batches == 1
+    assert segment.table.equals(plain.segments[0].table)
+    assert not [n for n in os.listdir(tmp_path / "spilled") if n.startswith(".tmp")]
