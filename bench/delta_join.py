@@ -14,12 +14,19 @@ process (clean peak memory), from an empty checkpoint over the whole changelog, 
 For reading the memory figures, a third child only writes the same number of result rows in the same batch size
 into a new table (no join): the memory any join pays for maintaining its result table.
 
-Run ``python -m bench.delta_join [--quick] [--rows N] [--repeats K] [--batch-rows B]``.
+Allocators: by default every child runs with the libraries' own allocators (Arrow's default pool is mimalloc).
+``--arrow-pool jemalloc|system`` sets ``ARROW_DEFAULT_MEMORY_POOL`` for every child alike (both contenders and
+the floor), to show how much of each peak is freed memory the allocator keeps: Arrow 21+ bundles mimalloc
+2.2, whose peak resident memory is known to be higher than jemalloc's or glibc's (microsoft/mimalloc#1111).
+
+Run ``python -m bench.delta_join [--quick] [--rows N] [--repeats K] [--batch-rows B] [--arrow-pool P]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
+import os
 import time
 from typing import Any
 
@@ -92,8 +99,11 @@ def child_run(payload: dict) -> dict:
         report = job.run_once()
         seconds = time.perf_counter() - start
     rows = conn.get_table(f"bench.{payload['result']}").to_polars(columns=["cid"]).height
+    import pyarrow as pa
+
     return {"seconds": seconds, "peak_anon": sampler.peak, "state_bytes": job.state_bytes(), "result_rows": rows,
-            "records": report.records_read, "upserts": report.rows_upserted}
+            "records": report.records_read, "upserts": report.rows_upserted,
+            "pool": pa.default_memory_pool().backend_name}
 
 
 def child_floor(payload: dict) -> dict:
@@ -143,15 +153,23 @@ def _measure(path: str, rows: int, repeats: int, batch_rows: int) -> dict[str, d
                                ("upserts", run["upserts"])):
                 out[kind].setdefault(key, []).append(float(value))
             log(f"  {kind} rows={rows:,} r{r}: {run['seconds']:.2f} s, peak RssAnon {fmt_size(run['peak_anon'])}, "
-                f"state {fmt_size(run['state_bytes'])}, restart {restart['seconds']:.3f} s")
+                f"state {fmt_size(run['state_bytes'])}, restart {restart['seconds']:.3f} s, Arrow pool {run['pool']}")
     return out
+
+
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch-rows", type=int, default=BATCH_ROWS, help="batch_rows of both jobs (and of the "
+                        f"result writes of the floor child); default {BATCH_ROWS:,}")
+    parser.add_argument("--arrow-pool", choices=("default", "jemalloc", "system", "mimalloc"), default="default",
+                        help="Arrow memory pool of every child (ARROW_DEFAULT_MEMORY_POOL, the same for all); "
+                        "default: leave Arrow's choice")
 
 
 def main(argv: list[str] | None = None) -> None:
     args = bench_args(BENCH, default_rows=FULL_ROWS, quick_rows=QUICK_ROWS, default_repeats=3, quick_repeats=1,
-                      argv=argv, description=__doc__, extra=lambda p: p.add_argument(
-                          "--batch-rows", type=int, default=BATCH_ROWS, help="batch_rows of both jobs (and of the "
-                          f"result writes of the floor child); default {BATCH_ROWS:,}"))
+                      argv=argv, description=__doc__, extra=_options)
+    if args.arrow_pool != "default":  # inherited by every child process, before it imports pyarrow
+        os.environ["ARROW_DEFAULT_MEMORY_POOL"] = args.arrow_pool
     reporter = Reporter(BENCH)
     sizes = sorted({max(args.rows // 10, 1000), args.rows})
     for rows in sizes:
@@ -167,7 +185,8 @@ def main(argv: list[str] | None = None) -> None:
         d, s = m["delta"], m["stateful"]
         assert median(d["result_rows"]) == median(s["result_rows"]) == rows
         label = f"orders LEFT JOIN customers, {rows:,} rows per side" + (
-            f", batch_rows={args.batch_rows:,}" if args.batch_rows != BATCH_ROWS else "")
+            f", batch_rows={args.batch_rows:,}" if args.batch_rows != BATCH_ROWS else "") + (
+            f", Arrow pool {args.arrow_pool}" if args.arrow_pool != "default" else "")
         peer = "stateful symmetric hash join"
         big = rows == args.rows
         reporter.add(Result(BENCH, f"{label}: operator state", "bytes", median(d["state_bytes"]), peer,

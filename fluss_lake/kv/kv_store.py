@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ import polars as pl
 import pyarrow as pa
 
 from fluss_lake.io.files import fsync_file
-from fluss_lake.kv import _kernels, row_gather  # type: ignore[attr-defined]
+from fluss_lake.kv import _kernels, memtable_budget, row_gather  # type: ignore[attr-defined]
 
 __all__ = ["HASH_COLUMN", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex"]
 
@@ -35,8 +36,12 @@ TS_COLUMN = "__ts"  # Int64 commit time (epoch ms) of the after-image, for table
 _FANOUT = 4
 _MIN_TIER_ROWS = 4096
 _MAX_SEGMENTS = 24
+#: File merges of at least this many rows are written column by column through temporary mapped files
+#: (:func:`_write_spilled`), so their memory does not grow with the table.
+_SPILL_MERGE_ROWS = 1_000_000
 #: Recent after-images stay in memory (bounded, like RocksDB's memtable) until this many rows or batches
-#: gather; the changelog in the log is their durable copy, so a crash loses nothing.
+#: gather, or until the memtables of all stores of the process exceed their shared budget
+#: (:mod:`fluss_lake.kv.memtable_budget`); the changelog in the log is their durable copy, so a crash loses nothing.
 MEMTABLE_ROWS = 262_144
 MEMTABLE_BATCHES = 32
 
@@ -246,22 +251,36 @@ def _single_chunk(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
 
 
-def _file_tier(rows: int) -> int:
-    """Size class of a file segment: tier 0 holds everything up to FANOUT x half a memtable, so memtable
-    flushes (about ``MEMTABLE_ROWS`` rows, or fewer when a snapshot flushes early) always share a tier."""
-    base = MEMTABLE_ROWS // 2
-    return int(math.log(rows / base, _FANOUT)) if rows > base else 0
+def _similar(rows: Sequence[int]) -> bool:
+    """Whether segments are close enough in size to merge as one run: the largest at most FANOUT times the smallest
+    (segments under ``_MIN_TIER_ROWS`` rows count as that many).
+
+    A ratio, not fixed tier boundaries: flushes of varying size (the process memtable budget flushes memtables
+    early; snapshots flush short ones) always form runs, and every merge at least grows its largest input by
+    ``1 + (FANOUT - 1) / FANOUT``, so a row is rewritten a logarithmic number of times.
+    """
+    sizes = [max(r, _MIN_TIER_ROWS) for r in rows]
+    return max(sizes) <= _FANOUT * min(sizes)
+
+
+def _merge_positions(tables: list[pa.Table], selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows ``selected`` (indices into the tables stacked): the table and the row within it."""
+    bounds = np.cumsum([t.num_rows for t in tables])
+    source = np.searchsorted(bounds, selected, side="right")
+    return source, selected - np.concatenate([[0], bounds[:-1]])[source]
+
+
+def _take_column(tables: list[pa.Table], name: str, source: np.ndarray, row: np.ndarray) -> pa.Array:
+    """One column of a merge's output: a compiled gather from the inputs' buffers (no concatenated copy of the
+    inputs first, as Arrow's ``take`` on a chunked column makes)."""
+    return row_gather.take_rows([_single_chunk(t.column(name)) for t in tables], source, row)
 
 
 def _take_merged(tables: list[pa.Table], selected: np.ndarray) -> pa.Table:
-    """Rows ``selected`` (indices into the tables stacked) of a merge's inputs: per column, one compiled gather
-    from the inputs' buffers (no concatenated copy of the inputs first, as Arrow's ``take`` makes)."""
-    bounds = np.cumsum([t.num_rows for t in tables])
-    source = np.searchsorted(bounds, selected, side="right")
-    row = selected - np.concatenate([[0], bounds[:-1]])[source]
+    """Rows ``selected`` (indices into the tables stacked) of a merge's inputs, column by column."""
+    source, row = _merge_positions(tables, selected)
     names = tables[0].column_names
-    return pa.table([row_gather.take_rows([_single_chunk(t.column(n)) for t in tables], source, row) for n in names],
-                    names=names)
+    return pa.table([_take_column(tables, n, source, row) for n in names], names=names)
 
 
 def _arrow_type(dtype: pl.DataType) -> pa.DataType:
@@ -290,6 +309,36 @@ def _memory_segment(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray, ts: pa
     return Segment(f"mem-{uuid.uuid4().hex}", None, table, hashes, tomb.view(np.bool_), table.num_rows)
 
 
+def _write_spilled(directory: str, tables: list[pa.Table], selected: np.ndarray, hashes: np.ndarray,
+                   tomb: np.ndarray) -> Segment:
+    """Write rows `selected` of the stacked `tables` (value columns, then commit time) as a segment, one column at
+    a time.
+
+    Each column is taken, written to a temporary file and mapped back, so the process holds one merged column at
+    a time instead of the whole merged table (the mapped pages are file cache the OS can drop); the segment file
+    is still one record batch with contiguous columns. Used for big file merges (tables larger than RAM).
+    """
+    os.makedirs(directory, exist_ok=True)
+    source, row = _merge_positions(tables, selected)
+    names = [name for name in tables[0].column_names if name != TS_COLUMN]
+    spills: list[str] = []
+    mapped: list[pa.ChunkedArray] = []
+    try:
+        for name in [*names, TS_COLUMN]:
+            column = pa.table({name: _take_column(tables, name, source, row)})
+            path = os.path.join(directory, f".tmp-spill-{uuid.uuid4().hex}.arrow")
+            spills.append(path)
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, column.schema) as writer:
+                writer.write_table(column, max_chunksize=max(len(selected), 1))
+            del column
+            mapped.append(pa.ipc.open_file(pa.memory_map(path)).read_all().column(0))
+        data = pa.table(mapped[:-1], names=names)
+        return write_segment(directory, _segment_table(data, hashes, tomb, mapped[-1]))
+    finally:
+        for path in spills:
+            os.unlink(path)  # a mapping stays valid after its file is unlinked
+
+
 def write_segment(directory: str, frame: pl.DataFrame | pa.Table, *, fsync: bool = False) -> Segment:
     """Write a frame or table (already holding hash and tombstone columns, sorted by hash) as a new segment."""
     os.makedirs(directory, exist_ok=True)
@@ -309,14 +358,18 @@ class KvStore:
     """The current rows of one bucket, keyed by primary key."""
 
     def __init__(self, directory: str, schema: pl.Schema, primary_key: Sequence[str], *, ttl_ms: int = 0,
-                 clock: Callable[[], int] | None = None) -> None:
+                 clock: Callable[[], int] | None = None, lock: threading.RLock | None = None) -> None:
         self.directory = directory
+        # Guards the segments; the process memtable budget takes it (without waiting) to flush this store.
+        self.lock = lock if lock is not None else threading.RLock()
+        self.memtable_bytes = 0  # bytes of the in-memory segments, counted against the process budget
         self.ttl_ms = ttl_ms  # table.kv.ttl: rows not written for this long are dropped when compaction reaches them
         self.clock = clock
         self.schema = schema
         self.primary_key = tuple(primary_key)
         self.segments: list[Segment] = []  # newest first
         self.retired: list[Segment] = []  # merged away; files deleted by the owner when no snapshot needs them
+        memtable_budget.register(self)
 
     # ---------------------------------------------------------------- reads
     def _conform(self, table: pa.Table) -> pl.DataFrame:
@@ -604,10 +657,18 @@ class KvStore:
               order: np.ndarray | None = None) -> None:
         """Add after-images (one per key, `deleted` marks tombstones, committed at `commit_ts`) as a new segment.
 
-        `order` may pass ``argsort(hashes)`` when the caller already has it (saves a sort).
+        `order` may pass ``argsort(hashes)`` when the caller already has it (saves a sort). Then the memtable
+        is flushed if it is full, and the process memtable budget is enforced (which may flush other stores).
         """
         if rows.height == 0:
             return
+        with self.lock:
+            self._add_to_memtable(hashes, rows, deleted, commit_ts, order)
+            memtable_budget.enforce(self)
+
+    def _add_to_memtable(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray,
+                         commit_ts: np.ndarray | int, order: np.ndarray | None) -> None:
+        """:meth:`apply` without the budget: a new memtable segment, then a flush or in-memory merges."""
         if order is None:
             order = np.argsort(hashes, kind="stable")
         ts = np.empty(rows.height, dtype=np.int64)
@@ -619,6 +680,7 @@ class KvStore:
         sorted_hashes = np.ascontiguousarray(hashes[order], dtype=np.uint64)
         tomb = np.ascontiguousarray(np.asarray(deleted, dtype=bool)[order]).view(np.uint8)
         self.segments.insert(0, _memory_segment(data, sorted_hashes, tomb, pa.array(ts, pa.int64())))
+        self._account()
         memtable = self._memtable_size()
         if memtable >= MEMTABLE_BATCHES or sum(s.rows for s in self.segments[:memtable]) >= MEMTABLE_ROWS:
             self.flush_memtable()
@@ -639,16 +701,22 @@ class KvStore:
             count += 1
         return count
 
+    def _account(self) -> None:
+        """Recount the bytes of the memtable (for the process budget)."""
+        self.memtable_bytes = sum(s.table.nbytes for s in self.segments[:self._memtable_size()])
+
     def flush_memtable(self) -> None:
         """Write the in-memory segments as one file segment, then compact the files."""
-        count = self._memtable_size()
-        if count:
-            self._merge(0, count)
-        self._compact()
+        with self.lock:
+            count = self._memtable_size()
+            if count:
+                self._merge(0, count)
+            self._compact()
 
     def adopt(self, segments: list[Segment]) -> None:
         """Install segments (newest first) restored from a snapshot."""
         self.segments = list(segments)
+        self._account()
 
     def _compact(self) -> None:
         """Merge runs of FANOUT same-tier segments; bound the number of segments."""
@@ -661,16 +729,20 @@ class KvStore:
     def _find_run(self) -> tuple[int, int] | None:
         """A contiguous run [i, j) of file segments to merge, or None (the memtable is left alone).
 
-        File segments are tiered by :func:`_file_tier`, whose smallest tier holds every memtable flush (a
-        flush is about ``MEMTABLE_ROWS`` rows, sometimes fewer), so FANOUT flushes always form a run.
+        First, a segment much smaller than the newer one above it (a short flush left between larger
+        segments) is merged into that neighbour, which is usually a fresh flush; then the newest run of FANOUT
+        segments of similar size (:func:`_similar`) is merged. Past ``_MAX_SEGMENTS`` the newer half is merged.
         """
         first = self._memtable_size()
-        tiers = [_file_tier(s.rows) for s in self.segments[first:]]
-        for i in range(len(tiers) - _FANOUT + 1):
-            if len(set(tiers[i:i + _FANOUT])) == 1:
+        sizes = [max(s.rows, _MIN_TIER_ROWS) for s in self.segments[first:]]
+        for i in range(1, len(sizes)):
+            if sizes[i] * _FANOUT < sizes[i - 1]:
+                return first + i - 1, first + i + 1
+        for i in range(len(sizes) - _FANOUT + 1):
+            if _similar(sizes[i:i + _FANOUT]):
                 return first + i, first + i + _FANOUT
-        if len(tiers) > _MAX_SEGMENTS:
-            return first, first + len(tiers) // 2 + 1
+        if len(sizes) > _MAX_SEGMENTS:
+            return first, first + len(sizes) // 2 + 1
         return None
 
     def _data_table(self, segment: Segment) -> pa.Table:
@@ -706,6 +778,8 @@ class KvStore:
                 if not _keys_equal(later, earlier, self.primary_key).all():  # a hash collision: compare keys
                     keep = self._first_of_each_key(frame, order)
             selected = order[keep]
+            kept_hashes = sorted_hashes[keep]  # = hashes[selected]
+            del hashes, order, sorted_hashes, repeat, keep  # big merges: hold as few row-sized arrays as possible
             tomb_all = np.concatenate([s.tomb for s in chosen]).view(np.uint8)
             if self.ttl_ms > 0 and not in_memory and self.clock is not None:
                 # table.kv.ttl: an expired row becomes a tombstone (so no older version shows through) and is
@@ -714,22 +788,30 @@ class KvStore:
                 expired = ~np.isnan(ts_all.astype(np.float64)) & (ts_all < self.clock() - self.ttl_ms)
                 tomb_all = tomb_all | expired.astype(np.uint8)
             if bottom:
-                selected = selected[tomb_all[selected] == 0]
-            merged = _take_merged(tables, selected) if not _is_identity(selected, combined.num_rows) else combined
-            ts = merged.column(TS_COLUMN)
-            data = merged.drop_columns([TS_COLUMN])
+                live = tomb_all[selected] == 0
+                selected, kept_hashes = selected[live], kept_hashes[live]
             tomb = np.ascontiguousarray(tomb_all[selected])
-            segment_hashes = np.ascontiguousarray(hashes[selected])
-            if in_memory:
-                segment = _memory_segment(data, segment_hashes, tomb, ts)
+            del tomb_all
+            segment_hashes = np.ascontiguousarray(kept_hashes)
+            if not in_memory and len(selected) >= _SPILL_MERGE_ROWS:
+                segment = _write_spilled(self.directory, tables, selected, segment_hashes, tomb)
             else:
-                segment = write_segment(self.directory, _segment_table(data, segment_hashes, tomb, ts))
+                merged = _take_merged(tables, selected) if not _is_identity(selected, combined.num_rows) else combined
+                ts = merged.column(TS_COLUMN)
+                data = merged.drop_columns([TS_COLUMN])
+                if in_memory:
+                    segment = _memory_segment(data, segment_hashes, tomb, ts)
+                else:
+                    segment = write_segment(self.directory, _segment_table(data, segment_hashes, tomb, ts))
             replacement = [segment]
         else:
             replacement = []
         # only files need the owner's clean-up; a merged memtable segment is freed right away
         self.retired.extend(s for s in self.segments[i:j] if s.on_disk)
         self.segments[i:j] = replacement
+        self._account()
+        if not in_memory:  # the merge's working copies are freed: hand their pages back to the OS
+            pa.default_memory_pool().release_unused()
 
     def compact_all(self) -> None:
         """Merge every segment into one (expired rows and tombstones dropped): a full compaction."""

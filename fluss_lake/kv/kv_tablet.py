@@ -81,7 +81,7 @@ class KvTablet:
         # local store the published segments live in a folder of the store and are mapped from there directly.
         self.shared_dir = store.local_path(f"{self.kv_prefix}/segments")
         self.kv = KvStore(os.path.join(local_dir, f"b{bucket:05d}"), schema, self.primary_key, ttl_ms=kv_ttl_ms,
-                          clock=clock)
+                          clock=clock, lock=self.lock)
         self.applied = 0  # next log offset not yet applied to the state
         self.last_snapshot = -1
         self._restore()

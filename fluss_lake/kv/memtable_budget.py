@@ -1,0 +1,98 @@
+"""One memtable budget for the whole process, shared by every KV store (like RocksDB's write-buffer manager).
+
+Each bucket's store keeps its newest after-images in memory (its memtable) until they are written as a file
+segment. Without a shared budget every store of every table may fill its own memtable, so memory grows with the
+number of buckets a process touches. The budget caps the bytes all memtables of the process hold together: when
+a write takes the total over the limit, the largest memtables are flushed (written as file segments, which the
+OS may page out) until the total is back under it. Flushing early loses nothing: the changelog is the durable
+copy of memtable rows, and a flushed segment holds exactly the rows the memtable held.
+
+Examples
+--------
+>>> from fluss_lake.kv import memtable_budget
+>>> old = memtable_budget.limit_bytes()
+>>> memtable_budget.set_limit_bytes(8 << 20)  # 8 MiB for all memtables of this process
+>>> memtable_budget.limit_bytes()
+8388608
+>>> memtable_budget.set_limit_bytes(old)
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from fluss_lake.exceptions import InvalidConfigError
+
+if TYPE_CHECKING:
+    from fluss_lake.kv.kv_store import KvStore
+
+__all__ = ["DEFAULT_LIMIT_BYTES", "limit_bytes", "set_limit_bytes", "total_bytes"]
+
+#: Default budget: 16 MiB of memtables for the whole process (about 250k rows of a 6-column table).
+DEFAULT_LIMIT_BYTES = 16 << 20
+
+_limit = DEFAULT_LIMIT_BYTES
+_stores: weakref.WeakSet[KvStore] = weakref.WeakSet()
+_registry_lock = threading.Lock()
+
+
+def limit_bytes() -> int:
+    """The process-wide memtable budget in bytes."""
+    return _limit
+
+
+def set_limit_bytes(limit: int) -> None:
+    """Set the process-wide memtable budget (bytes, > 0); takes effect on the next write of any store."""
+    global _limit
+    if limit <= 0:
+        raise InvalidConfigError(f"memtable budget {limit} bytes: must be positive")
+    _limit = int(limit)
+
+
+def register(store: KvStore) -> None:
+    """Count a store's memtable against the budget (held weakly: a dropped store leaves the budget)."""
+    with _registry_lock:
+        _stores.add(store)
+
+
+def _registered() -> list[KvStore]:
+    with _registry_lock:
+        return list(_stores)
+
+
+def total_bytes() -> int:
+    """Bytes held by the memtables of every store of the process (as last accounted by each store)."""
+    return sum(store.memtable_bytes for store in _registered())
+
+
+def enforce(writer: KvStore) -> None:
+    """After `writer` added rows (its own lock held): flush the largest memtables while the total is over the
+    budget.
+
+    Another store is flushed only if its lock can be taken without waiting (a store busy in another thread is
+    skipped, so this never deadlocks); if none can, the writer flushes its own memtable.
+    """
+    stores = _registered()
+    total = sum(store.memtable_bytes for store in stores)
+    if total <= _limit:
+        return
+    for store in sorted(stores, key=lambda s: s.memtable_bytes, reverse=True):
+        if total <= _limit:
+            return
+        size = store.memtable_bytes
+        if size == 0:
+            break
+        if store is writer:
+            store.flush_memtable()
+        elif store.lock.acquire(blocking=False):
+            try:
+                store.flush_memtable()
+            finally:
+                store.lock.release()
+        else:
+            continue
+        total -= size
+    if total > _limit and writer.memtable_bytes:
+        writer.flush_memtable()
