@@ -1,9 +1,9 @@
 """Primary-key state on disk: a small log-structured merge tree of hash-sorted, memory-mapped Arrow segments.
 
 Each segment is an uncompressed Arrow IPC file holding after-images (and tombstones) sorted by a 64-bit key
-hash. Its hash column *is* the index: a lookup is a vectorized ``searchsorted`` per segment, newest first,
-then a ``take`` of the hits. Nothing per row lives in process memory: the mapped pages are file cache the OS
-can drop, so a table may be larger than RAM. New after-images form a new small segment; runs of four
+hash. Its hash column *is* the index: a lookup probes each segment, newest first, through a small in-RAM
+directory of the hashes (compiled loops, see ``_kernels.pyx``), then gathers the hits. No row lives in process
+memory: the mapped pages are file cache the OS can drop, so a table may be larger than RAM. New after-images form a new small segment; runs of four
 segments of similar size are merged (newest wins, tombstones dropped at the bottom), keeping lookups to a
 few probes and write amplification logarithmic.
 
@@ -296,14 +296,17 @@ def _is_identity(order: np.ndarray, n: int | None = None) -> bool:
     return size == 0 or (int(order[0]) == 0 and int(order[-1]) == size - 1 and bool((np.diff(order) == 1).all()))
 
 
-def _segment_table(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray, ts: pa.ChunkedArray | pa.Array) -> pa.Table:
-    """The on-disk column layout: value columns, then hash, tombstone (UInt8) and commit time."""
-    return (data.append_column(HASH_COLUMN, pa.array(hashes, pa.uint64()))
-            .append_column(TOMB_COLUMN, pa.array(tomb.view(np.uint8), pa.uint8()))
-            .append_column(TS_COLUMN, ts))
+def _segment_table(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray,
+                   ts: pa.ChunkedArray | pa.Array | None) -> pa.Table:
+    """The on-disk column layout: value columns, then hash, tombstone (UInt8) and, for tables with
+    ``table.kv.ttl``, commit time (other tables do not need it: 8 bytes per row less to write and merge)."""
+    table = (data.append_column(HASH_COLUMN, pa.array(hashes, pa.uint64()))
+             .append_column(TOMB_COLUMN, pa.array(tomb.view(np.uint8), pa.uint8())))
+    return table if ts is None else table.append_column(TS_COLUMN, ts)
 
 
-def _memory_segment(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray, ts: pa.ChunkedArray | pa.Array) -> Segment:
+def _memory_segment(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray,
+                    ts: pa.ChunkedArray | pa.Array | None) -> Segment:
     """A memtable segment (sorted by hash) built straight from Arrow columns."""
     table = _segment_table(data, hashes, tomb, ts).combine_chunks()
     return Segment(f"mem-{uuid.uuid4().hex}", None, table, hashes, tomb.view(np.bool_), table.num_rows)
@@ -311,8 +314,8 @@ def _memory_segment(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray, ts: pa
 
 def _write_spilled(directory: str, tables: list[pa.Table], selected: np.ndarray, hashes: np.ndarray,
                    tomb: np.ndarray) -> Segment:
-    """Write rows `selected` of the stacked `tables` (value columns, then commit time) as a segment, one column at
-    a time.
+    """Write rows `selected` of the stacked `tables` (value columns, then commit time if they have it) as a segment,
+    one column at a time.
 
     Each column is taken, written to a temporary file and mapped back, so the process holds one merged column at
     a time instead of the whole merged table (the mapped pages are file cache the OS can drop); the segment file
@@ -321,10 +324,11 @@ def _write_spilled(directory: str, tables: list[pa.Table], selected: np.ndarray,
     os.makedirs(directory, exist_ok=True)
     source, row = _merge_positions(tables, selected)
     names = [name for name in tables[0].column_names if name != TS_COLUMN]
+    timed = TS_COLUMN in tables[0].column_names
     spills: list[str] = []
     mapped: list[pa.ChunkedArray] = []
     try:
-        for name in [*names, TS_COLUMN]:
+        for name in [*names, TS_COLUMN] if timed else names:
             column = pa.table({name: _take_column(tables, name, source, row)})
             path = os.path.join(directory, f".tmp-spill-{uuid.uuid4().hex}.arrow")
             spills.append(path)
@@ -332,8 +336,8 @@ def _write_spilled(directory: str, tables: list[pa.Table], selected: np.ndarray,
                 writer.write_table(column, max_chunksize=max(len(selected), 1))
             del column
             mapped.append(pa.ipc.open_file(pa.memory_map(path)).read_all().column(0))
-        data = pa.table(mapped[:-1], names=names)
-        return write_segment(directory, _segment_table(data, hashes, tomb, mapped[-1]))
+        data = pa.table(mapped[:len(names)], names=names)
+        return write_segment(directory, _segment_table(data, hashes, tomb, mapped[-1] if timed else None))
     finally:
         for path in spills:
             os.unlink(path)  # a mapping stays valid after its file is unlinked
@@ -671,15 +675,17 @@ class KvStore:
         """:meth:`apply` without the budget: a new memtable segment, then a flush or in-memory merges."""
         if order is None:
             order = np.argsort(hashes, kind="stable")
-        ts = np.empty(rows.height, dtype=np.int64)
-        ts[:] = commit_ts
+        ts = None
+        if self.ttl_ms > 0:  # commit times are kept only where table.kv.ttl needs them
+            ts = np.empty(rows.height, dtype=np.int64)
+            ts[:] = commit_ts
         data = rows.select(self.schema.names()).to_arrow()
         if not _is_identity(order):
             data = data.take(pa.array(order))
-            ts = ts[order]
+            ts = None if ts is None else ts[order]
         sorted_hashes = np.ascontiguousarray(hashes[order], dtype=np.uint64)
         tomb = np.ascontiguousarray(np.asarray(deleted, dtype=bool)[order]).view(np.uint8)
-        self.segments.insert(0, _memory_segment(data, sorted_hashes, tomb, pa.array(ts, pa.int64())))
+        self.segments.insert(0, _memory_segment(data, sorted_hashes, tomb, None if ts is None else pa.array(ts, pa.int64())))
         self._account()
         memtable = self._memtable_size()
         if memtable >= MEMTABLE_BATCHES or sum(s.rows for s in self.segments[:memtable]) >= MEMTABLE_ROWS:
@@ -746,8 +752,8 @@ class KvStore:
         return None
 
     def _data_table(self, segment: Segment) -> pa.Table:
-        """A segment's value columns in the current schema, then tombstone and commit time (arrow, no copy
-        when the segment already has the current columns)."""
+        """A segment's value columns in the current schema, then commit time where ``table.kv.ttl`` needs it (arrow,
+        no copy when the segment already has the current columns)."""
         table = segment.table
         names = self.schema.names()
         present = set(table.column_names)
@@ -756,6 +762,8 @@ class KvStore:
         else:  # columns added after the segment was written read as null
             data = pa.table([table.column(n) if n in present else pa.nulls(table.num_rows, _arrow_type(dtype))
                              for n, dtype in self.schema.items()], names=names)
+        if self.ttl_ms <= 0:
+            return data
         ts = table.column(TS_COLUMN) if TS_COLUMN in present else pa.nulls(table.num_rows, pa.int64())
         return data.append_column(TS_COLUMN, ts.cast(pa.int64()))
 
@@ -797,8 +805,9 @@ class KvStore:
                 segment = _write_spilled(self.directory, tables, selected, segment_hashes, tomb)
             else:
                 merged = _take_merged(tables, selected) if not _is_identity(selected, combined.num_rows) else combined
-                ts = merged.column(TS_COLUMN)
-                data = merged.drop_columns([TS_COLUMN])
+                timed = TS_COLUMN in merged.column_names
+                ts = merged.column(TS_COLUMN) if timed else None
+                data = merged.drop_columns([TS_COLUMN]) if timed else merged
                 if in_memory:
                     segment = _memory_segment(data, segment_hashes, tomb, ts)
                 else:

@@ -142,3 +142,31 @@ def test_snapshot_collects_old_orphaned_segments_only(tmp_path) -> None:
     live = {s.name for s in table.kv_tablet(0).kv.segments}
     assert live <= set(os.listdir(directory)), "the snapshot published every live segment"
     assert fl.connect(tmp_path).get_table("d.t").to_polars().height == 2
+
+
+def test_commit_times_are_kept_only_where_table_kv_ttl_needs_them(tmp_path) -> None:
+    """Segments of a table without ``table.kv.ttl`` carry no ``__ts`` column (8 bytes per row less to write and
+    merge); segments that have one (written by a TTL store) still merge and read correctly in a store without."""
+    from fluss_lake.kv.kv_store import TS_COLUMN, KvStore
+
+    schema = pl.Schema({"id": pl.Int64, "v": pl.Int64})
+
+    def write(store: KvStore, ids: list[int], value: int) -> None:
+        frame = pl.DataFrame({"id": ids, "v": [value] * len(ids)})
+        store.apply(key_index.index_hashes(frame, ["id"]), frame, np.zeros(len(ids), dtype=bool), 1_000)
+        store.flush_memtable()
+
+    timed = KvStore(str(tmp_path / "timed"), schema, ("id",), ttl_ms=3_600_000, clock=lambda: 2_000)
+    write(timed, [1, 2, 3], 10)
+    assert TS_COLUMN in timed.segments[0].table.column_names
+    plain = KvStore(str(tmp_path / "plain"), schema, ("id",))
+    write(plain, [7], 1)
+    assert TS_COLUMN not in plain.segments[0].table.column_names
+    plain.adopt([*plain.segments, *timed.segments])  # an older segment with commit times underneath
+    write(plain, [2, 8], 20)
+    plain.compact_all()
+    assert [TS_COLUMN in s.table.column_names for s in plain.segments] == [False]
+    keys = pl.DataFrame({"id": [1, 2, 3, 7, 8, 9]})
+    found, rows = plain.lookup(key_index.index_hashes(keys, ["id"]), keys)
+    assert found.tolist() == [True, True, True, True, True, False]
+    assert rows.get_column("v").to_list() == [10, 20, 10, 1, 20, None]
