@@ -26,6 +26,7 @@ from fluss_lake.io.store import ObjectStore
 from fluss_lake.kv.key_index import index_hashes
 from fluss_lake.kv.kv_store import TS_COLUMN, KvStore, Segment
 from fluss_lake.kv.merge.row_merger import (EMIT_DELETE, EMIT_INSERT, EMIT_UPDATE, MergeRound, RowMerger)
+from fluss_lake.kv.row_gather import take_rows
 from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, encode_batch
 from fluss_lake.log.log_tablet import LogTablet
 
@@ -207,7 +208,7 @@ class KvTablet:
         """The changelog of a batch (rounds of unique keys merged in write order, see row_merger), the
         final image of every key it changed: (index hashes, rows, deleted mask), and the hash order of that
         final image when it is known (else None)."""
-        order = np.argsort(hashes, kind="stable")
+        order = np.argsort(hashes)  # not a stable sort: its order is used only when the hashes are all distinct
         sorted_hashes = hashes[order]
         if len(hashes) and not (sorted_hashes[1:] == sorted_hashes[:-1]).any():  # distinct hashes: every key once, one round
             return self._merge_distinct(batch, hashes, order, is_delete, merger, image)
@@ -256,9 +257,13 @@ class KvTablet:
         a = np.flatnonzero(after)
         source[slot[a] + before[a]] = n + a
         types[slot[a] + before[a]] = after_types[a]
-        # One Arrow take over [current rows | after-images] (cheaper than a Polars gather plus a select).
-        store = pa.concat_tables([current.to_arrow(), outcome.after.to_arrow()])
-        changelog = store.take(pa.array(source)).add_column(0, CHANGE_TYPE_COLUMN, pa.array(types, pa.int8()))
+        # One compiled gather per column over [current rows | after-images] (no concatenated copy first).
+        sides = [current.to_arrow(), outcome.after.to_arrow()]
+        side = (source >= n).astype(np.int64)
+        row = source - n * side
+        names = sides[0].column_names
+        columns = [take_rows([t.column(c).combine_chunks() for t in sides], side, row) for c in names]
+        changelog = pa.table([pa.array(types, pa.int8()), *columns], names=[CHANGE_TYPE_COLUMN, *names])
         return changelog, final, final_order
 
     def _merge_rounds(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
