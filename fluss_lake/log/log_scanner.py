@@ -25,6 +25,7 @@ __all__ = ["LogScanner", "scan_log", "CHANGE_TYPE_NAMES", "SYSTEM_COLUMNS"]
 CHANGE_TYPE_NAMES = ["+A", "+I", "-U", "+U", "-D"]
 SYSTEM_COLUMNS = ("_bucket", "_offset", "_change_type", "_commit_timestamp")
 _CHANGE_ENUM = pl.Enum(CHANGE_TYPE_NAMES)
+_CHANGE_NAMES = pl.Series("_change_type", CHANGE_TYPE_NAMES, dtype=_CHANGE_ENUM)  # code -> name, by position
 
 
 def _batch_frame(table: "Table", bucket: int, batch: LogBatch, columns: Sequence[str]) -> pl.DataFrame:
@@ -34,10 +35,8 @@ def _batch_frame(table: "Table", bucket: int, batch: LogBatch, columns: Sequence
     n = batch.rows.num_rows  # a projection may leave no column of an older batch: count rows on the batch
     header = batch.header
     base = header.base_offset
-    if CHANGE_TYPE_COLUMN in frame.columns:
-        codes = frame.get_column(CHANGE_TYPE_COLUMN).cast(pl.UInt32)
-        change = pl.Series("_change_type", np.array(CHANGE_TYPE_NAMES)[codes.to_numpy()] if n else [],
-                           dtype=pl.String).cast(_CHANGE_ENUM)
+    if CHANGE_TYPE_COLUMN in frame.columns:  # the Enum's categories are the codes' names: a gather, no strings
+        change = _CHANGE_NAMES.gather(frame.get_column(CHANGE_TYPE_COLUMN).cast(pl.UInt32))
     else:  # a log table: every record is +A (a constant column, no per-row strings)
         change = pl.repeat("+A", n, dtype=_CHANGE_ENUM, eager=True).alias("_change_type")
     schema = table.schema
