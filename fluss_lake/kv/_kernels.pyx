@@ -309,3 +309,29 @@ def radix_order(const uint64_t[::1] queries, int bits, int64_t[::1] order):
             c = counts[queries[i] >> shift]
             order[c] = i
             counts[queries[i] >> shift] = c + 1
+
+
+def lower_bounds(const index_t[::1] starts, const uint32_t[::1] fingerprints, const uint64_t[::1] hashes,
+                 int shift, const uint64_t[::1] queries, const int64_t[::1] order, int64_t[::1] out):
+    """``searchsorted(hashes, q, "left")`` of every query through the segment index (range scans of prefix
+    lookups), visiting queries in ``order``: the slot, its fingerprints, then full hashes of equal fingerprints."""
+    cdef Py_ssize_t k, i, p, hi, slot, n = order.shape[0]
+    cdef uint64_t q
+    cdef uint32_t top
+    with nogil:
+        for k in range(n):
+            if k + AHEAD < n:
+                prefetch(&starts[queries[order[k + AHEAD]] >> shift])
+            if k + AHEAD // 2 < n:
+                prefetch(&fingerprints[starts[queries[order[k + AHEAD // 2]] >> shift]])
+            i = order[k]
+            q = queries[i]
+            slot = <Py_ssize_t>(q >> shift)
+            p = <Py_ssize_t>starts[slot]
+            hi = <Py_ssize_t>starts[slot + 1]
+            top = <uint32_t>(q >> 32)
+            while p < hi and fingerprints[p] < top:
+                p += 1
+            while p < hi and fingerprints[p] == top and hashes[p] < q:
+                p += 1
+            out[i] = p

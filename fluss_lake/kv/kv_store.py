@@ -184,6 +184,18 @@ class Segment:
             return index.probe(self.hashes, queries, pending, seg_of, row_of, number)
         return int(_kernels.probe_sorted(self.hashes, queries, pending, seg_of, row_of, number))
 
+    def lower_bounds(self, queries: np.ndarray) -> np.ndarray:
+        """``searchsorted(hashes, queries, "left")``: through the index when the segment has one."""
+        index = self.index()
+        if index is None:
+            return self.hashes.searchsorted(queries, side="left")
+        queries = np.ascontiguousarray(queries, dtype=np.uint64)
+        order = np.empty(len(queries), dtype=np.int64)
+        _kernels.radix_order(queries, min(max(len(queries).bit_length(), 8), 16), order)
+        out = np.empty(len(queries), dtype=np.int64)
+        _kernels.lower_bounds(index.starts, index.fingerprints, self.hashes, index.shift, queries, order, out)
+        return out
+
     def hash_view(self) -> memoryview:
         """The hash column as a memoryview (cached): items read as Python ints without numpy scalars."""
         view = self.__dict__.get("_view")
@@ -608,8 +620,8 @@ class KvStore:
         for rank, segment in enumerate(self.segments):
             if segment.rows == 0:
                 continue
-            starts = np.searchsorted(segment.hashes, lo, side="left")
-            stops = np.where(hi == 0, segment.rows, np.searchsorted(segment.hashes, hi, side="left"))
+            starts = segment.lower_bounds(lo)
+            stops = np.where(hi == 0, segment.rows, segment.lower_bounds(hi))
             lengths = stops - starts
             if lengths.sum() == 0:
                 continue

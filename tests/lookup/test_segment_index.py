@@ -245,3 +245,14 @@ def test_radix_order_is_a_stable_sort_by_the_top_bits(values, bits) -> None:
     order = np.empty(len(queries), dtype=np.int64)
     _kernels.radix_order(queries, bits, order)
     assert order.tolist() == np.argsort(queries >> np.uint64(64 - bits), kind="stable").tolist()
+
+
+@settings(max_examples=150, deadline=None)
+@given(hash_columns())
+def test_lower_bounds_through_the_index_equal_searchsorted(case) -> None:
+    column, queries = case
+    index = SegmentIndex.build(column)
+    order = np.arange(len(queries), dtype=np.int64)
+    out = np.empty(len(queries), dtype=np.int64)
+    _kernels.lower_bounds(index.starts, index.fingerprints, column, index.shift, queries, order, out)
+    assert out.tolist() == column.searchsorted(queries, side="left").tolist()
