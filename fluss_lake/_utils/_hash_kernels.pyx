@@ -1,7 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Compiled row hashes over many byte strings (one buffer, a start and a length per row): MurmurHash3 x86_32
-and XXH64. One pass per row in C instead of numpy passes per word position; see :mod:`hashing` for the
-algorithms, their variants and the golden values that pin them."""
+"""Compiled loops of key encoding and hashing: MurmurHash3 x86_32 and XXH64 over many byte strings (one buffer, a
+start and a length per row), XXH64 of BIGINT keys straight from their values, and the varint and row-assembly
+steps of the compacted key encoding. One pass per row in C instead of numpy passes per word position; see
+:mod:`hashing` and :mod:`key_encoding` for the algorithms, their variants and the golden values that pin them."""
 
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -77,61 +78,81 @@ cdef inline uint64_t xxh_merge(uint64_t h, uint64_t acc) noexcept nogil:
     return (h ^ xxh_round(0, acc)) * P1 + P4
 
 
+cdef uint64_t xxh64(const uint8_t* p, int64_t length) noexcept nogil:
+    """XXH64 (seed 0) of ``length`` bytes at ``p``."""
+    cdef int64_t at = 0
+    cdef uint64_t h, v1, v2, v3, v4, word
+    cdef uint32_t half
+    if length >= 32:
+        v1 = P1 + P2
+        v2 = P2
+        v3 = 0
+        v4 = 0 - P1
+        while at + 32 <= length:
+            memcpy(&word, p + at, 8)
+            v1 = xxh_round(v1, word)
+            memcpy(&word, p + at + 8, 8)
+            v2 = xxh_round(v2, word)
+            memcpy(&word, p + at + 16, 8)
+            v3 = xxh_round(v3, word)
+            memcpy(&word, p + at + 24, 8)
+            v4 = xxh_round(v4, word)
+            at += 32
+        h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18)
+        h = xxh_merge(h, v1)
+        h = xxh_merge(h, v2)
+        h = xxh_merge(h, v3)
+        h = xxh_merge(h, v4)
+    else:
+        h = P5
+    h += <uint64_t>length
+    while at + 8 <= length:
+        memcpy(&word, p + at, 8)
+        h ^= xxh_round(0, word)
+        h = rotl64(h, 27) * P1 + P4
+        at += 8
+    if at + 4 <= length:
+        memcpy(&half, p + at, 4)
+        h ^= <uint64_t>half * P1
+        h = rotl64(h, 23) * P2 + P3
+        at += 4
+    while at < length:
+        h ^= <uint64_t>p[at] * P5
+        h = rotl64(h, 11) * P1
+        at += 1
+    h ^= h >> 33
+    h *= P2
+    h ^= h >> 29
+    h *= P3
+    h ^= h >> 32
+    return h
+
+
 def xxh64_rows(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] lengths, uint64_t[::1] out):
     """XXH64 (seed 0) of each row."""
     cdef Py_ssize_t i, n = lengths.shape[0]
-    cdef int64_t length, at
-    cdef uint64_t h, v1, v2, v3, v4, word
-    cdef uint32_t half
-    cdef const uint8_t* p
     with nogil:
         for i in range(n):
-            length = lengths[i]
-            p = &buf[0] + starts[i] if length else NULL
-            at = 0
-            if length >= 32:
-                v1 = P1 + P2
-                v2 = P2
-                v3 = 0
-                v4 = 0 - P1
-                while at + 32 <= length:
-                    memcpy(&word, p + at, 8)
-                    v1 = xxh_round(v1, word)
-                    memcpy(&word, p + at + 8, 8)
-                    v2 = xxh_round(v2, word)
-                    memcpy(&word, p + at + 16, 8)
-                    v3 = xxh_round(v3, word)
-                    memcpy(&word, p + at + 24, 8)
-                    v4 = xxh_round(v4, word)
-                    at += 32
-                h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18)
-                h = xxh_merge(h, v1)
-                h = xxh_merge(h, v2)
-                h = xxh_merge(h, v3)
-                h = xxh_merge(h, v4)
-            else:
-                h = P5
-            h += <uint64_t>length
-            while at + 8 <= length:
-                memcpy(&word, p + at, 8)
-                h ^= xxh_round(0, word)
-                h = rotl64(h, 27) * P1 + P4
-                at += 8
-            if at + 4 <= length:
-                memcpy(&half, p + at, 4)
-                h ^= <uint64_t>half * P1
-                h = rotl64(h, 23) * P2 + P3
-                at += 4
-            while at < length:
-                h ^= <uint64_t>p[at] * P5
-                h = rotl64(h, 11) * P1
-                at += 1
-            h ^= h >> 33
-            h *= P2
-            h ^= h >> 29
-            h *= P3
-            h ^= h >> 32
-            out[i] = h
+            out[i] = xxh64(&buf[0] + starts[i] if lengths[i] else NULL, lengths[i])
+
+
+def bigint_hashes(const uint64_t[::1] values, uint64_t[::1] out):
+    """XXH64 of each value's unsigned LEB128 varint (the compacted encoding of a BIGINT key), without
+    building the key bytes of the whole column."""
+    cdef Py_ssize_t i, n = values.shape[0]
+    cdef uint64_t v
+    cdef uint8_t buf[16]
+    cdef int length
+    with nogil:
+        for i in range(n):
+            v = values[i]
+            length = 0
+            while v >= 0x80:
+                buf[length] = <uint8_t>((v & 0x7F) | 0x80)
+                v >>= 7
+                length += 1
+            buf[length] = <uint8_t>v
+            out[i] = xxh64(buf, length + 1)
 
 
 def append_rows(const uint8_t[::1] pool, const int64_t[::1] starts, const int64_t[::1] lengths,

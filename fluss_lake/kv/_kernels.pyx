@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Compiled inner loops of the KV read path: probing segments, gathering rows, hashing BIGINT keys.
+"""Compiled inner loops of the KV read path: probing segments, gathering rows, ordering queries.
 
 The numpy versions of these loops cost one pass over every query per step (a probe took ~6 whole-array
 operations per segment, a gather two Arrow takes per column); here each query is handled once, in order, with
@@ -96,6 +96,32 @@ def probe_sorted(const uint64_t[::1] hashes, const uint64_t[::1] queries, int64_
     return m
 
 
+ctypedef fused word_t:
+    uint64_t
+    uint32_t
+    uint16_t
+    uint8_t
+
+
+cdef inline Py_ssize_t _visit(const int64_t[::1] order, bint ordered, Py_ssize_t k) noexcept nogil:
+    """The query visited ``k``-th: ``order[k]``, or ``k`` itself when there is no order."""
+    return order[k] if ordered else k
+
+
+cdef void _gather_words(word_t* dst, const int64_t[::1] seg_of, const int64_t[::1] row_of,
+                        const int64_t[::1] order, bint ordered, const uint64_t[::1] addresses) noexcept nogil:
+    """:func:`gather_fixed` for one word width, prefetching the value of the query ``AHEAD`` visits later."""
+    cdef Py_ssize_t k, i, s, n = seg_of.shape[0]
+    for k in range(n):
+        if k + AHEAD < n:
+            i = _visit(order, ordered, k + AHEAD)
+            if seg_of[i] >= 0:
+                prefetch(<const word_t*>addresses[seg_of[i]] + row_of[i])
+        i = _visit(order, ordered, k)
+        s = seg_of[i]
+        dst[i] = (<const word_t*>addresses[s])[row_of[i]] if s >= 0 else 0
+
+
 def gather_fixed(const int64_t[::1] seg_of, const int64_t[::1] row_of, const int64_t[::1] order,
                  const uint64_t[::1] addresses, int itemsize, uint8_t[::1] out):
     """``out[i] = column_of_segment[seg_of[i]][row_of[i]]`` for fixed-width values of ``itemsize`` bytes
@@ -108,40 +134,16 @@ def gather_fixed(const int64_t[::1] seg_of, const int64_t[::1] row_of, const int
     cdef uint8_t* dst = &out[0] if out.shape[0] else NULL
     with nogil:
         if itemsize == 8:
-            for k in range(n):
-                if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
-                    i = order[k + AHEAD] if ordered else k + AHEAD
-                    prefetch(<const uint64_t*>addresses[seg_of[i]] + row_of[i])
-                i = order[k] if ordered else k
-                s = seg_of[i]
-                (<uint64_t*>dst)[i] = (<const uint64_t*>addresses[s])[row_of[i]] if s >= 0 else 0
+            _gather_words(<uint64_t*>dst, seg_of, row_of, order, ordered, addresses)
         elif itemsize == 4:
-            for k in range(n):
-                if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
-                    i = order[k + AHEAD] if ordered else k + AHEAD
-                    prefetch(<const uint32_t*>addresses[seg_of[i]] + row_of[i])
-                i = order[k] if ordered else k
-                s = seg_of[i]
-                (<uint32_t*>dst)[i] = (<const uint32_t*>addresses[s])[row_of[i]] if s >= 0 else 0
+            _gather_words(<uint32_t*>dst, seg_of, row_of, order, ordered, addresses)
         elif itemsize == 2:
-            for k in range(n):
-                if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
-                    i = order[k + AHEAD] if ordered else k + AHEAD
-                    prefetch(<const uint16_t*>addresses[seg_of[i]] + row_of[i])
-                i = order[k] if ordered else k
-                s = seg_of[i]
-                (<uint16_t*>dst)[i] = (<const uint16_t*>addresses[s])[row_of[i]] if s >= 0 else 0
+            _gather_words(<uint16_t*>dst, seg_of, row_of, order, ordered, addresses)
         elif itemsize == 1:
-            for k in range(n):
-                if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
-                    i = order[k + AHEAD] if ordered else k + AHEAD
-                    prefetch(<const uint8_t*>addresses[seg_of[i]] + row_of[i])
-                i = order[k] if ordered else k
-                s = seg_of[i]
-                dst[i] = (<const uint8_t*>addresses[s])[row_of[i]] if s >= 0 else 0
+            _gather_words(<uint8_t*>dst, seg_of, row_of, order, ordered, addresses)
         else:
             for k in range(n):
-                i = order[k] if ordered else k
+                i = _visit(order, ordered, k)
                 s = seg_of[i]
                 if s >= 0:
                     memcpy(dst + i * itemsize, <const uint8_t*>addresses[s] + row_of[i] * itemsize, itemsize)
@@ -165,10 +167,10 @@ def gather_strings(const int64_t[::1] seg_of, const int64_t[::1] row_of, const i
     with nogil:
         offsets[0] = 0
         for k in range(n):  # lengths (in offsets[i + 1]) and source starts
-            if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
-                i = order[k + AHEAD] if ordered else k + AHEAD
+            if k + AHEAD < n and seg_of[_visit(order, ordered, k + AHEAD)] >= 0:
+                i = _visit(order, ordered, k + AHEAD)
                 prefetch(<const uint8_t*>offset_addresses[seg_of[i]] + row_of[i] * (8 if wide[seg_of[i]] else 4))
-            i = order[k] if ordered else k
+            i = _visit(order, ordered, k)
             s = seg_of[i]
             start = 0
             stop = 0
@@ -189,66 +191,14 @@ def gather_strings(const int64_t[::1] seg_of, const int64_t[::1] row_of, const i
     cdef uint8_t* dst = &data[0] if total else NULL
     with nogil:
         for k in range(n):
-            if k + AHEAD < n and seg_of[order[k + AHEAD] if ordered else k + AHEAD] >= 0:
-                i = order[k + AHEAD] if ordered else k + AHEAD
+            if k + AHEAD < n and seg_of[_visit(order, ordered, k + AHEAD)] >= 0:
+                i = _visit(order, ordered, k + AHEAD)
                 prefetch(<const uint8_t*>data_addresses[seg_of[i]] + starts[i])
-            i = order[k] if ordered else k
+            i = _visit(order, ordered, k)
             s = seg_of[i]
             if s >= 0 and offsets[i + 1] > offsets[i]:
                 memcpy(dst + offsets[i], <const uint8_t*>data_addresses[s] + starts[i], offsets[i + 1] - offsets[i])
     return offsets_arr, data_arr
-
-
-cdef uint64_t P1 = 11400714785074694791ULL
-cdef uint64_t P2 = 14029467366897019727ULL
-cdef uint64_t P3 = 1609587929392839161ULL
-cdef uint64_t P4 = 9650029242287828579ULL
-cdef uint64_t P5 = 2870177450012600261ULL
-
-
-cdef inline uint64_t rotl(uint64_t x, int r) noexcept nogil:
-    return (x << r) | (x >> (64 - r))
-
-
-def bigint_hashes(const uint64_t[::1] values, uint64_t[::1] out):
-    """XXH64 (seed 0) of each value's unsigned LEB128 varint (the compacted encoding of a BIGINT key)."""
-    cdef Py_ssize_t i, j, n = values.shape[0]
-    cdef uint64_t v, h, word
-    cdef uint8_t buf[16]
-    cdef int length, p
-    with nogil:
-        for i in range(n):
-            v = values[i]
-            length = 0
-            while v >= 0x80:
-                buf[length] = <uint8_t>((v & 0x7F) | 0x80)
-                v >>= 7
-                length += 1
-            buf[length] = <uint8_t>v
-            length += 1
-            h = P5 + <uint64_t>length
-            p = 0
-            if length >= 8:
-                memcpy(&word, buf, 8)
-                h ^= rotl(word * P2, 31) * P1
-                h = rotl(h, 27) * P1 + P4
-                p = 8
-            elif length >= 4:
-                word = 0
-                memcpy(&word, buf, 4)
-                h ^= word * P1
-                h = rotl(h, 23) * P2 + P3
-                p = 4
-            while p < length:
-                h ^= <uint64_t>buf[p] * P5
-                h = rotl(h, 11) * P1
-                p += 1
-            h ^= h >> 33
-            h *= P2
-            h ^= h >> 29
-            h *= P3
-            h ^= h >> 32
-            out[i] = h
 
 
 def gather_valid(const int64_t[::1] seg_of, const int64_t[::1] row_of, const int64_t[::1] order,
@@ -261,7 +211,7 @@ def gather_valid(const int64_t[::1] seg_of, const int64_t[::1] row_of, const int
     cdef int64_t b
     with nogil:
         for k in range(n):
-            i = order[k] if ordered else k
+            i = _visit(order, ordered, k)
             s = seg_of[i]
             if s < 0:
                 out[i] = 0

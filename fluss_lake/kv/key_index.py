@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa  # noqa: F401 - used by the doctest
 
-from fluss_lake.kv import _kernels  # type: ignore[attr-defined]
+from fluss_lake._utils import _hash_kernels  # type: ignore[attr-defined]
 from fluss_lake.write.bucket_assigner import encode_primary_key_hash
 
 __all__ = ["bigint_key_hashes", "index_hashes", "prefix_ranges"]
@@ -44,7 +44,7 @@ def bigint_key_hashes(values: np.ndarray) -> np.ndarray:
     """
     v = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
     out = np.empty(len(v), dtype=np.uint64)
-    _kernels.bigint_hashes(v, out)
+    _hash_kernels.bigint_hashes(v, out)
     return out
 
 
