@@ -136,23 +136,25 @@ def xxh64_rows(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[
             out[i] = xxh64(&buf[0] + starts[i] if lengths[i] else NULL, lengths[i])
 
 
+cdef inline int varint(uint64_t v, uint8_t* out) noexcept nogil:
+    """Write ``v`` as an unsigned LEB128 varint at ``out``; returns its length (1-10 bytes)."""
+    cdef int length = 0
+    while v >= 0x80:
+        out[length] = <uint8_t>((v & 0x7F) | 0x80)
+        v >>= 7
+        length += 1
+    out[length] = <uint8_t>v
+    return length + 1
+
+
 def bigint_hashes(const uint64_t[::1] values, uint64_t[::1] out):
     """XXH64 of each value's unsigned LEB128 varint (the compacted encoding of a BIGINT key), without
     building the key bytes of the whole column."""
     cdef Py_ssize_t i, n = values.shape[0]
-    cdef uint64_t v
     cdef uint8_t buf[16]
-    cdef int length
     with nogil:
         for i in range(n):
-            v = values[i]
-            length = 0
-            while v >= 0x80:
-                buf[length] = <uint8_t>((v & 0x7F) | 0x80)
-                v >>= 7
-                length += 1
-            buf[length] = <uint8_t>v
-            out[i] = xxh64(buf, length + 1)
+            out[i] = xxh64(buf, varint(values[i], buf))
 
 
 def append_rows(const uint8_t[::1] pool, const int64_t[::1] starts, const int64_t[::1] lengths,
@@ -172,15 +174,6 @@ def append_rows(const uint8_t[::1] pool, const int64_t[::1] starts, const int64_
 def varint_rows(const uint64_t[::1] values, uint8_t[:, ::1] matrix, int64_t[::1] lengths):
     """Unsigned LEB128 of each value into its matrix row (as wide as the longest); ``lengths`` = bytes used."""
     cdef Py_ssize_t i, n = values.shape[0]
-    cdef uint64_t v
-    cdef int b
     with nogil:
         for i in range(n):
-            v = values[i]
-            b = 0
-            while v >= 0x80:
-                matrix[i, b] = <uint8_t>((v & 0x7F) | 0x80)
-                v >>= 7
-                b += 1
-            matrix[i, b] = <uint8_t>v
-            lengths[i] = b + 1
+            lengths[i] = varint(values[i], &matrix[i, 0])

@@ -23,6 +23,20 @@ ctypedef fused index_t:
     int64_t
 
 
+cdef inline Py_ssize_t _lower_bound(const index_t[::1] starts, const uint32_t[::1] fingerprints,
+                                    const uint64_t[::1] hashes, int shift, uint64_t q) noexcept nogil:
+    """``searchsorted(hashes, q, "left")`` through the index: q's directory slot, a scan of the slot's
+    fingerprints, then of the full hashes only where the fingerprint equals q's."""
+    cdef Py_ssize_t p = <Py_ssize_t>starts[q >> shift]
+    cdef Py_ssize_t hi = <Py_ssize_t>starts[(q >> shift) + 1]
+    cdef uint32_t top = <uint32_t>(q >> 32)
+    while p < hi and fingerprints[p] < top:
+        p += 1
+    while p < hi and fingerprints[p] == top and hashes[p] < q:
+        p += 1
+    return p
+
+
 def probe_indexed(const index_t[::1] starts, const uint32_t[::1] fingerprints, const uint64_t[::1] hashes,
                   int shift, const uint64_t[::1] queries, int64_t[::1] pending, int64_t[::1] seg_of,
                   int64_t[::1] row_of, int64_t seg_id):
@@ -35,9 +49,8 @@ def probe_indexed(const index_t[::1] starts, const uint32_t[::1] fingerprints, c
     mapped hash column only where a fingerprint matches. Slots and fingerprints of later queries are
     prefetched.
     """
-    cdef Py_ssize_t k, i, p, hi, slot, n = pending.shape[0], m = 0
+    cdef Py_ssize_t k, i, p, n = pending.shape[0], rows = hashes.shape[0], m = 0
     cdef uint64_t q
-    cdef uint32_t top
     cdef int hit
     with nogil:
         for k in range(n):
@@ -49,18 +62,8 @@ def probe_indexed(const index_t[::1] starts, const uint32_t[::1] fingerprints, c
                 prefetch(&hashes[starts[queries[pending[k + AHEAD // 4]] >> shift]])
             i = pending[k]
             q = queries[i]
-            slot = <Py_ssize_t>(q >> shift)
-            p = <Py_ssize_t>starts[slot]
-            hi = <Py_ssize_t>starts[slot + 1]
-            top = <uint32_t>(q >> 32)
-            while p < hi and fingerprints[p] < top:
-                p += 1
-            hit = 0
-            while p < hi and fingerprints[p] == top:  # rows sharing the top 32 bits: finish on the full hash
-                if hashes[p] >= q:
-                    hit = hashes[p] == q
-                    break
-                p += 1
+            p = _lower_bound(starts, fingerprints, hashes, shift, q)
+            hit = p < rows and fingerprints[p] == <uint32_t>(q >> 32) and hashes[p] == q  # equal top bits: same slot
             if hit:
                 seg_of[i] = seg_id
                 row_of[i] = p
@@ -265,9 +268,7 @@ def lower_bounds(const index_t[::1] starts, const uint32_t[::1] fingerprints, co
                  int shift, const uint64_t[::1] queries, const int64_t[::1] order, int64_t[::1] out):
     """``searchsorted(hashes, q, "left")`` of every query through the segment index (range scans of prefix
     lookups), visiting queries in ``order``: the slot, its fingerprints, then full hashes of equal fingerprints."""
-    cdef Py_ssize_t k, i, p, hi, slot, n = order.shape[0]
-    cdef uint64_t q
-    cdef uint32_t top
+    cdef Py_ssize_t k, i, p, n = order.shape[0]
     with nogil:
         for k in range(n):
             if k + AHEAD < n:
@@ -275,13 +276,5 @@ def lower_bounds(const index_t[::1] starts, const uint32_t[::1] fingerprints, co
             if k + AHEAD // 2 < n:
                 prefetch(&fingerprints[starts[queries[order[k + AHEAD // 2]] >> shift]])
             i = order[k]
-            q = queries[i]
-            slot = <Py_ssize_t>(q >> shift)
-            p = <Py_ssize_t>starts[slot]
-            hi = <Py_ssize_t>starts[slot + 1]
-            top = <uint32_t>(q >> 32)
-            while p < hi and fingerprints[p] < top:
-                p += 1
-            while p < hi and fingerprints[p] == top and hashes[p] < q:
-                p += 1
+            p = _lower_bound(starts, fingerprints, hashes, shift, queries[i])
             out[i] = p
