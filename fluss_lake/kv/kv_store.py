@@ -25,8 +25,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from fluss_lake.io.files import fsync_file
-from fluss_lake.kv import _kernels, memtable_budget, row_gather  # type: ignore[attr-defined]
+from fluss_lake.io.files import fsync_file, unlink_quietly
+from fluss_lake.kv import _kernels, compactor, memtable_budget, row_gather  # type: ignore[attr-defined]
 
 __all__ = ["HASH_COLUMN", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex"]
 
@@ -293,6 +293,15 @@ def _take_merged(tables: list[pa.Table], selected: np.ndarray) -> pa.Table:
     source, row = _merge_positions(tables, selected)
     names = tables[0].column_names
     return pa.table([_take_column(tables, n, source, row) for n in names], names=names)
+
+
+def _position(segments: list[Segment], run: list[Segment]) -> int | None:
+    """Where `run` (the same objects, contiguous) starts in `segments`, or None if it is not there any more."""
+    for start, segment in enumerate(segments):
+        if segment is run[0]:
+            window = segments[start:start + len(run)]
+            return start if len(window) == len(run) and all(a is b for a, b in zip(window, run)) else None
+    return None
 
 
 def _arrow_type(dtype: pl.DataType) -> pa.DataType:
@@ -737,12 +746,42 @@ class KvStore:
         self._account()
 
     def _compact(self) -> None:
-        """Merge runs of FANOUT same-tier segments; bound the number of segments."""
+        """Merge runs of similar-size file segments: in the process's background compactor (off the write path),
+        or here when it is off or when the segments have piled up past ``_MAX_SEGMENTS`` (a write stall, as in
+        RocksDB, so lookups never probe an unbounded number of segments)."""
+        if compactor.enabled() and len(self.segments) - self._memtable_size() <= _MAX_SEGMENTS:
+            compactor.request(self)
+            return
         while True:
             run = self._find_run()
             if run is None:
                 return
             self._merge(*run)
+
+    def compact_step(self) -> bool:
+        """One merge of the background compactor: pick a run under the lock, merge it without the lock, then put
+        the result in place if the run is still there (a full compaction or a restore may have replaced it:
+        then the result is dropped). Returns False when there is nothing to merge."""
+        with self.lock:
+            run = self._find_run()
+            if run is None:
+                return False
+            i, j = run
+            captured = self.segments[i:j]
+            bottom = j == len(self.segments)
+        merged = self._merged(captured, bottom=bottom, in_memory=False)
+        with self.lock:
+            start = _position(self.segments, captured)
+            if start is not None and (not bottom or start + len(captured) == len(self.segments)):
+                self._replace(start, start + len(captured), [] if merged is None else [merged])
+                return True
+        if merged is not None and merged.path is not None:
+            unlink_quietly(merged.path)  # lost to a full compaction or a restore: nothing references it
+        return True
+
+    def wait_for_compaction(self) -> None:
+        """Block until the background compactor has nothing left to do for this store (tests, benchmarks)."""
+        compactor.drain(self)
 
     def _find_run(self) -> tuple[int, int] | None:
         """A contiguous run [i, j) of file segments to merge, or None (the memtable is left alone).
@@ -781,8 +820,24 @@ class KvStore:
 
     def _merge(self, i: int, j: int, *, in_memory: bool = False) -> None:
         """Merge segments [i, j) (newest first) into one; tombstones dropped when nothing older remains."""
-        chosen = [s for s in self.segments[i:j] if s.rows]
-        bottom = j == len(self.segments)
+        merged = self._merged(self.segments[i:j], bottom=j == len(self.segments), in_memory=in_memory)
+        self._replace(i, j, [] if merged is None else [merged], in_memory=in_memory)
+
+    def _replace(self, i: int, j: int, replacement: list[Segment], *, in_memory: bool = False) -> None:
+        """Put `replacement` in place of segments [i, j); their files are retired for the owner to delete."""
+        # only files need the owner's clean-up; a merged memtable segment is freed right away
+        self.retired.extend(s for s in self.segments[i:j] if s.on_disk)
+        self.segments[i:j] = replacement
+        self._account()
+        if not in_memory:  # the merge's working copies are freed: hand their pages back to the OS
+            pa.default_memory_pool().release_unused()
+
+    def _merged(self, run: list[Segment], *, bottom: bool, in_memory: bool) -> Segment | None:
+        """One segment holding the newest version of every key of `run` (newest first), or None when nothing
+        remains; tombstones are dropped at the `bottom` (nothing older). Reads only the run (immutable
+        segments), so it may run without the lock."""
+        chosen = [s for s in run if s.rows]
+        segment: Segment | None = None
         if chosen:
             tables = [self._data_table(s) for s in chosen]
             combined = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
@@ -824,15 +879,7 @@ class KvStore:
                     segment = _memory_segment(data, segment_hashes, tomb, ts)
                 else:
                     segment = write_segment(self.directory, _segment_table(data, segment_hashes, tomb, ts))
-            replacement = [segment]
-        else:
-            replacement = []
-        # only files need the owner's clean-up; a merged memtable segment is freed right away
-        self.retired.extend(s for s in self.segments[i:j] if s.on_disk)
-        self.segments[i:j] = replacement
-        self._account()
-        if not in_memory:  # the merge's working copies are freed: hand their pages back to the OS
-            pa.default_memory_pool().release_unused()
+        return segment
 
     def compact_all(self) -> None:
         """Merge every segment into one (expired rows and tombstones dropped): a full compaction."""

@@ -9,12 +9,22 @@ import os
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pytest
 
-from fluss_lake.kv import kv_store
+from fluss_lake.kv import compactor, kv_store
 from fluss_lake.kv.key_index import index_hashes
 from fluss_lake.kv.kv_store import KvStore
 
 SCHEMA = pl.Schema({"id": pl.Int64, "v": pl.String})
+
+
+@pytest.fixture(autouse=True)
+def inline_merges():
+    """The policy is checked merge by merge: merges run inline here (tests/kv/test_compactor.py covers the
+    background compactor)."""
+    compactor.set_enabled(False)
+    yield
+    compactor.set_enabled(True)
 
 
 def _apply(store: KvStore, ids: np.ndarray, tag: str, ts: int) -> None:
