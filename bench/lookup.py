@@ -186,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     import pyarrow as pa
 
     import fluss_lake as fl
+    from fluss_lake.kv import compactor
 
     n = args.rows
     rep = Reporter(BENCH)
@@ -199,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         for start in range(0, n, args.preload_batch):
             table.upsert(make_rows(start, min(start + args.preload_batch, n)))
+        compactor.drain()  # merge the preload's segments before the snapshot names them
         table.snapshot()
         segs = [s.rows for b in range(args.buckets) for s in table.kv_tablet(b).kv.segments]
         log(f"ours: wrote {n:,} rows in {time.perf_counter() - t0:.1f} s; segments {segs}")

@@ -29,6 +29,7 @@ from bench._common import (
     temp_store_dir,
 )
 from fluss_lake.jobs import LookupCache, LookupJoin
+from fluss_lake.kv import compactor
 
 BENCH = "lookup_join"
 FULL_ROWS = 1_000_000
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> None:
             idx = np.arange(start, min(args.rows, start + 500_000))
             users.upsert(pl.DataFrame({"uid": idx, "name": pl.Series(idx).cast(pl.String),
                                        "tier": (idx % 7).astype(np.int32)}))
+        compactor.drain()  # merge the preload's segments before the snapshot names them
         users.snapshot()
         dim = users.to_polars()
         duck = duckdb.connect(":memory:")
