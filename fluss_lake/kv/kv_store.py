@@ -764,7 +764,7 @@ class KvStore:
         then the result is dropped). Returns False when there is nothing to merge."""
         with self.lock:
             run = self._find_run()
-            if run is None:
+            if run is None or not os.path.isdir(self.directory):  # nothing to do, or the table was dropped
                 return False
             i, j = run
             captured = self.segments[i:j]
