@@ -57,6 +57,10 @@ def register(store: KvStore) -> None:
         _stores.add(store)
 
 
+#: How long the budget waits for another store's lock before skipping that store.
+_LOCK_WAIT = 0.2
+
+
 def _registered() -> list[KvStore]:
     with _registry_lock:
         return list(_stores)
@@ -71,8 +75,9 @@ def enforce(writer: KvStore) -> None:
     """After `writer` added rows (its own lock held): flush the largest memtables while the total is over the
     budget.
 
-    Another store is flushed only if its lock can be taken without waiting (a store busy in another thread is
-    skipped, so this never deadlocks); if none can, the writer flushes its own memtable.
+    Another store is flushed only if its lock can be taken within ``_LOCK_WAIT`` seconds (the background
+    compactor holds a store's lock only to pick a run and to put its result in place; a store a writer keeps
+    busy longer is skipped, so this never deadlocks); if none can, the writer flushes its own memtable.
     """
     stores = _registered()
     total = sum(store.memtable_bytes for store in stores)
@@ -86,7 +91,7 @@ def enforce(writer: KvStore) -> None:
             break
         if store is writer:
             store.flush_memtable()
-        elif store.lock.acquire(blocking=False):
+        elif store.lock.acquire(timeout=_LOCK_WAIT):
             try:
                 store.flush_memtable()
             finally:

@@ -76,7 +76,7 @@ def test_busy_store_is_skipped_and_the_writer_flushes_itself(tmp_path, budget) -
     thread.start()
     held.wait(10)
     try:
-        _apply(writer, np.arange(1_000, 1_010), "w")  # must not wait for the busy store's lock
+        _apply(writer, np.arange(1_000, 1_010), "w")  # waits at most _LOCK_WAIT for the busy store, then skips it
     finally:
         release.set()
         thread.join()
