@@ -278,3 +278,35 @@ def lower_bounds(const index_t[::1] starts, const uint32_t[::1] fingerprints, co
             i = order[k]
             p = _lower_bound(starts, fingerprints, hashes, shift, queries[i])
             out[i] = p
+
+
+def merge_runs(const uint64_t[::1] addresses, const int64_t[::1] lengths, int64_t[::1] order, uint64_t[::1] merged):
+    """Merge sorted ``uint64`` runs (``addresses[s]``, ``lengths[s]``; newest run first) into hash order:
+    ``merged`` gets the hashes, ``order`` their positions in the runs laid end to end. Equal hashes come newest
+    run first, exactly as a stable argsort of the concatenated runs orders them, in one pass over the rows
+    instead of a sort plus a random gather."""
+    cdef Py_ssize_t k = lengths.shape[0], s, best, out = 0
+    cdef int64_t[64] pos
+    cdef int64_t[64] base
+    cdef uint64_t head, best_head
+    cdef int64_t total = 0
+    if k > 64:
+        raise ValueError("merge_runs merges at most 64 runs")
+    for s in range(k):
+        pos[s] = 0
+        base[s] = total
+        total += lengths[s]
+    with nogil:
+        while out < total:
+            best = -1
+            best_head = 0
+            for s in range(k):
+                if pos[s] < lengths[s]:
+                    head = (<const uint64_t*>addresses[s])[pos[s]]
+                    if best < 0 or head < best_head:
+                        best = s
+                        best_head = head
+            merged[out] = best_head
+            order[out] = base[best] + pos[best]
+            pos[best] += 1
+            out += 1

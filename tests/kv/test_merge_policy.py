@@ -10,6 +10,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fluss_lake.kv import compactor, kv_store
 from fluss_lake.kv.key_index import index_hashes
@@ -124,3 +126,15 @@ def test_big_merges_written_column_by_column_give_the_same_segments(tmp_path, mo
     assert pa.ipc.open_file(pa.memory_map(segment.path)).num_record_batches == 1
     assert segment.table.equals(plain.segments[0].table)
     assert not [n for n in os.listdir(tmp_path / "spilled") if n.startswith(".tmp")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 40), max_size=30), min_size=1, max_size=8))
+def test_merge_order_equals_a_stable_argsort_of_the_runs(runs) -> None:
+    """The k-way merge of sorted runs (newest first) orders equal hashes newest run first, like the stable sort
+    it replaces (small values: many equal hashes across and within runs)."""
+    arrays = [np.sort(np.array(r, dtype=np.uint64)) for r in runs]
+    order, merged = kv_store._merge_order(arrays)
+    concatenated = np.concatenate(arrays)
+    assert order.tolist() == np.argsort(concatenated, kind="stable").tolist()
+    assert merged.tolist() == sorted(concatenated.tolist())
