@@ -37,6 +37,16 @@ cdef inline Py_ssize_t _lower_bound(const index_t[::1] starts, const uint32_t[::
     return p
 
 
+cdef inline Py_ssize_t _settle(Py_ssize_t i, Py_ssize_t row, int hit, int64_t seg_id, int64_t[::1] seg_of,
+                               int64_t[::1] row_of, int64_t[::1] pending, Py_ssize_t m) noexcept nogil:
+    """Record query ``i``'s hit at ``row`` (if any) and keep it pending otherwise; returns the new pending count."""
+    if hit:
+        seg_of[i] = seg_id
+        row_of[i] = row
+    pending[m] = i
+    return m + 1 - hit
+
+
 def probe_indexed(const index_t[::1] starts, const uint32_t[::1] fingerprints, const uint64_t[::1] hashes,
                   int shift, const uint64_t[::1] queries, int64_t[::1] pending, int64_t[::1] seg_of,
                   int64_t[::1] row_of, int64_t seg_id):
@@ -64,11 +74,7 @@ def probe_indexed(const index_t[::1] starts, const uint32_t[::1] fingerprints, c
             q = queries[i]
             p = _lower_bound(starts, fingerprints, hashes, shift, q)
             hit = p < rows and fingerprints[p] == <uint32_t>(q >> 32) and hashes[p] == q  # equal top bits: same slot
-            if hit:
-                seg_of[i] = seg_id
-                row_of[i] = p
-            pending[m] = i
-            m += 1 - hit
+            m = _settle(i, p, hit, seg_id, seg_of, row_of, pending, m)
     return m
 
 
@@ -91,11 +97,7 @@ def probe_sorted(const uint64_t[::1] hashes, const uint64_t[::1] queries, int64_
                 else:
                     hi = mid
             hit = lo < rows and hashes[lo] == q
-            if hit:
-                seg_of[i] = seg_id
-                row_of[i] = lo
-            pending[m] = i
-            m += 1 - hit
+            m = _settle(i, lo, hit, seg_id, seg_of, row_of, pending, m)
     return m
 
 

@@ -31,6 +31,17 @@ def _apply(store: KvStore, ids: np.ndarray, tag: str) -> None:
     store.apply(index_hashes(rows, ("id",)), rows, np.zeros(len(ids), dtype=bool), 1)
 
 
+def _two_stores_one_byte_over(tmp_path, budget, large: str, small: str) -> tuple[KvStore, KvStore]:
+    """A store with 20,000 memtable rows and one with 1,000, under a budget one byte below their sum (so the
+    next write must flush something)."""
+    budget(1 << 30)
+    stores = KvStore(str(tmp_path / large), SCHEMA, ("id",)), KvStore(str(tmp_path / small), SCHEMA, ("id",))
+    _apply(stores[0], np.arange(20_000), large[0])
+    _apply(stores[1], np.arange(1_000), small[0])
+    budget(stores[0].memtable_bytes + stores[1].memtable_bytes - 1)
+    return stores
+
+
 def test_budget_bounds_the_memtables_of_all_stores(tmp_path, budget) -> None:
     budget(256 << 10)
     stores = [KvStore(str(tmp_path / f"s{i}"), SCHEMA, ("id",)) for i in range(4)]
@@ -48,22 +59,14 @@ def test_budget_bounds_the_memtables_of_all_stores(tmp_path, budget) -> None:
 
 
 def test_largest_memtable_is_flushed_first(tmp_path, budget) -> None:
-    budget(1 << 30)
-    big, small = KvStore(str(tmp_path / "big"), SCHEMA, ("id",)), KvStore(str(tmp_path / "small"), SCHEMA, ("id",))
-    _apply(big, np.arange(20_000), "b")
-    _apply(small, np.arange(1_000), "s")
-    budget(big.memtable_bytes + small.memtable_bytes - 1)
+    big, small = _two_stores_one_byte_over(tmp_path, budget, "big", "small")
     _apply(small, np.arange(1_000, 1_010), "s")  # the small store writes, the big one is flushed
     assert big.memtable_bytes == 0 and [s.on_disk for s in big.segments] == [True]
     assert small.memtable_bytes > 0 and not small.segments[0].on_disk
 
 
 def test_busy_store_is_skipped_and_the_writer_flushes_itself(tmp_path, budget) -> None:
-    budget(1 << 30)
-    busy, writer = KvStore(str(tmp_path / "busy"), SCHEMA, ("id",)), KvStore(str(tmp_path / "w"), SCHEMA, ("id",))
-    _apply(busy, np.arange(20_000), "b")
-    _apply(writer, np.arange(1_000), "w")
-    budget(busy.memtable_bytes + writer.memtable_bytes - 1)
+    busy, writer = _two_stores_one_byte_over(tmp_path, budget, "busy", "w")
     held = threading.Event()
     release = threading.Event()
 
