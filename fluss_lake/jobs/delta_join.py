@@ -126,7 +126,7 @@ class DeltaJoin(Job):
         The image may be older than the current row; the later change is in the changelog and is processed
         after this one, so the result converges without looking the rows up again."""
         pk = self._pk(alias)
-        images = changes.filter(pl.col("_change_type") != "-U").unique(subset=pk, keep="last", maintain_order=True)
+        images = changes.filter(pl.col("_change_type") != "-U").unique(subset=pk, keep="last")
         found = images.get_column("_change_type") != "-D"
         return self.plan.live(alias, images.select(self.plan.needed[alias]), found)
 

@@ -125,7 +125,7 @@ class StatefulJoin(Job):
         for alias, frame in changes.items():
             pk = list(self.inputs[alias].schema.primary_key)
             needed = self.plan.needed[alias]
-            images = frame.filter(pl.col("_change_type") != "-U").unique(subset=pk, keep="last", maintain_order=True)
+            images = frame.filter(pl.col("_change_type") != "-U").unique(subset=pk, keep="last")
             keys = images.select(pk)
             alive = images.filter(pl.col("_change_type") != "-D").select(needed)
             new[alias] = pl.concat([old[alias].join(keys, on=pk, how="anti"), alive], how="vertical")

@@ -572,12 +572,13 @@ class KvStore:
         hit = seg_of >= 0
         tomb = row_gather.gather_numpy([s.tomb.view(np.uint8) if i in involved else None
                                         for i, s in enumerate(segments)], seg_of, row_of, order, np.dtype(np.uint8)).view(np.bool_)
-        int_key = len(pk) == 1 and keys.schema[pk[0]].is_integer()
-        key_values = keys.get_column(pk[0]).to_numpy() if int_key else None
-        stored = [segments[i].numpy_columns().get(pk[0]) for i in involved] if int_key else []
-        if int_key and all(s is not None and s.dtype == key_values.dtype for s in stored):  # type: ignore[union-attr]
-            columns = [segments[i].numpy_columns().get(pk[0]) if i in involved else None for i in range(len(segments))]
-            same = row_gather.gather_numpy(columns, seg_of, row_of, order, key_values.dtype) == key_values  # type: ignore[union-attr]
+        key_values = self._integer_keys(keys, involved)
+        if key_values is not None:  # every key column is an integer: compare in compiled gathers, no frames
+            same = np.ones(n, dtype=bool)
+            for name, values in key_values.items():
+                columns = [segments[i].numpy_columns().get(name) if i in involved else None
+                           for i in range(len(segments))]
+                same &= row_gather.gather_numpy(columns, seg_of, row_of, order, values.dtype) == values
         else:
             same = np.ones(n, dtype=bool)
             for number, where, rows in self._groups(seg_of, row_of):
@@ -591,8 +592,8 @@ class KvStore:
         kept: list[tuple[int, np.ndarray, np.ndarray]] | None = None
         series = []
         for name, dtype in self.schema.items():
-            if key_values is not None and name == pk[0]:
-                series.append(pl.Series(name, pa.array(key_values, mask=absent)))
+            if key_values is not None and name in key_values:  # a found row's key is the query's
+                series.append(pl.Series(name, pa.array(key_values[name], mask=absent)))
                 continue
             if not involved or (live < 0).all():
                 series.append(pl.Series(name, [None] * n, dtype=dtype))
@@ -613,6 +614,20 @@ class KvStore:
                 arrow_order = pa.array(index_of, mask=absent)
             series.append(pl.Series(name, stacked.take(arrow_order)))
         return found, pl.DataFrame(series), mismatch
+
+    def _integer_keys(self, keys: pl.DataFrame, involved: list[int]) -> dict[str, np.ndarray] | None:
+        """The query keys as numpy arrays when every key column is an integer stored (without nulls, same
+        width) in every involved segment; None otherwise (the frame-based comparison handles the rest)."""
+        out = {}
+        for name in self.primary_key:
+            if not keys.schema[name].is_integer():
+                return None
+            values = keys.get_column(name).to_numpy()
+            if any(getattr(self.segments[i].numpy_columns().get(name), "dtype", None) != values.dtype
+                   for i in involved):
+                return None
+            out[name] = values
+        return out
 
     def _slow_lookup(self, hashes: np.ndarray, keys: pl.DataFrame, found: np.ndarray, rows: pl.DataFrame,
                      positions: np.ndarray) -> tuple[np.ndarray, pl.DataFrame]:
