@@ -463,8 +463,9 @@ class Table:
 
     def scan_log(self, *, start_offsets: Mapping[int, int] | None = None, end_offsets: Mapping[int, int] | None = None,
                  columns: Sequence[str] | None = None, filters: "Filters | None" = None,
-                 start_timestamp: int | None = None) -> pl.DataFrame:
-        """A bounded read of the log (all buckets by default), with system columns first.
+                 start_timestamp: int | None = None, change_types: Sequence[str] | None = None) -> pl.DataFrame:
+        """A bounded read of the log (all buckets by default), with system columns first; `change_types` keeps
+        only records of those types (``["-D"]``: the deletes, skipping batches without any unread).
 
         On a partitioned table the rows of every partition come with a ``_partition`` column first, and offsets
         are keyed by ``(partition name, bucket)``; a partition missing from `start_offsets` is read from its start.
@@ -473,9 +474,9 @@ class Table:
 
         if self._is_partitioned_parent():
             return self._union("scan_log", start_offsets=start_offsets, end_offsets=end_offsets, columns=columns,
-                               filters=filters, start_timestamp=start_timestamp)
+                               filters=filters, start_timestamp=start_timestamp, change_types=change_types)
         return scan_log(self, start_offsets=start_offsets, end_offsets=end_offsets, columns=columns, filters=filters,
-                        start_timestamp=start_timestamp)
+                        start_timestamp=start_timestamp, change_types=change_types)
 
     def _union(self, method: str, *, start_offsets: Mapping | None = None, end_offsets: Mapping | None = None,
                **kwargs: Any) -> pl.DataFrame:

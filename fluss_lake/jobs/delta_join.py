@@ -132,7 +132,8 @@ class DeltaJoin(Job):
 
     # ------------------------------------------------------------ steps
     def _deleted_keys(self, alias: str, ranges: Mapping[tuple[str | None, int], tuple[int, int]]) -> pl.DataFrame:
-        """Keys with a delete record in the ranges (read in slices of ``batch_rows`` records).
+        """Keys with a delete record in the ranges (read in slices of ``batch_rows`` records; batches whose
+        header counts no delete are skipped unread).
 
         A row absent when probed was deleted, and its ``-D`` record lies after the checkpoint; joined rows it took
         part in are found through these keys even if its partner is gone too.
@@ -141,8 +142,8 @@ class DeltaJoin(Job):
         parts = []
         for bucket, (start, end) in ranges.items():
             for lo in range(start, end, self.batch_rows):
-                rows = self._read(alias, {bucket: (lo, min(end, lo + self.batch_rows))}, pk)
-                parts.append(rows.filter(pl.col("_change_type") == "-D").select(pk))
+                rows = self._read(alias, {bucket: (lo, min(end, lo + self.batch_rows))}, pk, change_types=["-D"])
+                parts.append(rows.select(pk))
         schema = self.inputs[alias].schema.polars_schema
         return pl.concat(parts).unique() if parts else pl.DataFrame(schema={c: schema[c] for c in pk})
 

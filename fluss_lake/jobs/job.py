@@ -197,9 +197,9 @@ class Job:
         return out
 
     def _read(self, alias: str, ranges: Mapping[tuple[str | None, int], tuple[int, int]],
-              columns: Sequence[str]) -> pl.DataFrame:
+              columns: Sequence[str], change_types: Sequence[str] | None = None) -> pl.DataFrame:
         """Changelog rows of the ranges (system columns + `columns`; no ``_partition`` column: partition values
-        are columns of the rows)."""
+        are columns of the rows), only of `change_types` if given."""
         table = self.inputs[alias]
         by_part: dict[str | None, dict[int, tuple[int, int]]] = {}
         for (name, bucket), span in ranges.items():
@@ -218,7 +218,8 @@ class Job:
                     at = offs.get((name, b))
                     starts[b] = ends[b] = at if at is not None else part.log_tablet(b).refresh()
             try:
-                frames.append(part.scan_log(start_offsets=starts, end_offsets=ends, columns=list(columns)))
+                frames.append(part.scan_log(start_offsets=starts, end_offsets=ends, columns=list(columns),
+                                            change_types=change_types))
             except (PartitionNotExistError, OffsetOutOfRangeError):
                 if name is None or self._partition_alive(alias, part):
                     raise

@@ -27,7 +27,7 @@ from fluss_lake.kv.key_index import index_hashes
 from fluss_lake.kv.kv_store import TS_COLUMN, KvStore, Segment
 from fluss_lake.kv.merge.row_merger import (EMIT_DELETE, EMIT_INSERT, EMIT_UPDATE, MergeRound, RowMerger)
 from fluss_lake.kv.row_gather import take_rows
-from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, encode_batch
+from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, delete_count, encode_batch
 from fluss_lake.log.log_tablet import LogTablet
 
 __all__ = ["KvTablet", "ChangeImage"]
@@ -177,7 +177,10 @@ class KvTablet:
                 return done
             changelog, final, order = self._merge(batch, hashes, is_delete, merger, image)
             commit_ts = self.log.next_commit_ts(self.clock())
-            header = BatchHeader(base, len(changelog), commit_ts, self.schema_id, writer_id, batch_seq=batch_seq)
+            if isinstance(changelog, pl.DataFrame):
+                changelog = changelog.to_arrow()
+            header = BatchHeader(base, len(changelog), commit_ts, self.schema_id, writer_id, batch_seq=batch_seq,
+                                 deletes=delete_count(changelog))
             codec, level = self.hot_codec
             data = encode_batch(rows=changelog, base_offset=base, commit_ts=commit_ts, schema_id=self.schema_id,
                                 writer_id=writer_id, batch_seq=batch_seq, compression=codec, compression_level=level)

@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fluss_lake.exceptions import CorruptDataError
 
 __all__ = ["LogBatch", "CHANGE_TYPE_COLUMN", "encode_batch", "decode_batch", "decode_header", "BatchHeader",
-           "encode_segment", "SegmentReader"]
+           "encode_segment", "SegmentReader", "delete_count", "DELETE_CODE"]
 
 #: Column holding the change type byte (+A 0, +I 1, -U 2, +U 3, -D 4) as Fluss numbers them.
 CHANGE_TYPE_COLUMN = "_change_type"
+DELETE_CODE = 4  # the -D code of the change type column (see kv_tablet)
 _META_KEY = b"fluss.batch"
 _SEGMENT_KEY = b"fluss.segment"
 
@@ -38,6 +40,7 @@ class BatchHeader:
     stats: pl.DataFrame | None = None  # two rows: min, max of each statistics column
     no_stats: tuple[str, ...] = ()  # statistics columns whose min/max are unknown in this batch (NaN present)
     batch_seq: int = -1  # the writer's sequence number for this bucket (idempotent retries)
+    deletes: int | None = None  # its -D records (None: not recorded, as in batches of older versions)
 
     @property
     def next_offset(self) -> int:
@@ -63,6 +66,14 @@ def _stats_frame(data: pl.DataFrame, columns: tuple[str, ...]) -> tuple[pl.DataF
     return stats, {c: int(n) for c, n in zip(columns, selected.null_count().row(0))}, nan_columns
 
 
+def delete_count(rows: pa.Table) -> int:
+    """The -D records of a batch (code 4 of the change type column; none without that column), recorded in its
+    header so readers that only want deletes skip the batches that have none."""
+    if CHANGE_TYPE_COLUMN not in rows.column_names:
+        return 0
+    return int(pc.sum(pc.equal(rows.column(CHANGE_TYPE_COLUMN), pa.scalar(DELETE_CODE, pa.int8()))).as_py() or 0)
+
+
 def encode_batch(*, rows: pl.DataFrame | pa.Table, base_offset: int, commit_ts: int, schema_id: int, writer_id: str,
                  batch_seq: int = -1, stats_columns: tuple[str, ...] = (), compression: str | None = "zstd",
                  compression_level: int | None = None) -> bytes:
@@ -76,7 +87,7 @@ def encode_batch(*, rows: pl.DataFrame | pa.Table, base_offset: int, commit_ts: 
     stats, nulls, nan_columns = _stats_frame(frame, stats_columns) if frame is not None else (None, {}, [])
     header = {"base_offset": base_offset, "record_count": table.num_rows, "commit_ts": commit_ts,
               "schema_id": schema_id, "writer_id": writer_id, "null_counts": nulls, "no_stats": nan_columns,
-              "batch_seq": batch_seq}
+              "batch_seq": batch_seq, "deletes": delete_count(table)}
     if stats is not None:
         sink = pa.BufferOutputStream()
         arrow_stats = stats.to_arrow()
@@ -107,7 +118,7 @@ def _header_from_raw(raw: dict) -> BatchHeader:
         stats = pl.from_arrow(pa.ipc.open_stream(pa.py_buffer(base64.b64decode(raw["stats"]))).read_all())
     return BatchHeader(raw["base_offset"], raw["record_count"], raw["commit_ts"], raw["schema_id"],
                        raw["writer_id"], raw.get("null_counts", {}), stats,  # type: ignore[arg-type]
-                       tuple(raw.get("no_stats", ())), raw.get("batch_seq", -1))
+                       tuple(raw.get("no_stats", ())), raw.get("batch_seq", -1), raw.get("deletes"))
 
 
 def decode_header(source: pa.NativeFile | bytes) -> BatchHeader:

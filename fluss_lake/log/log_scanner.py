@@ -15,7 +15,7 @@ import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError, OffsetOutOfRangeError
 from fluss_lake.log.filters import Filters, may_match, normalize_filters, to_expression
-from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, LogBatch
+from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, LogBatch
 
 if TYPE_CHECKING:
     from fluss_lake.table import Table
@@ -63,13 +63,20 @@ def _empty(table: "Table", columns: Sequence[str]) -> pl.DataFrame:
 
 
 def _read_range(table: "Table", bucket: int, start: int, end: int, columns: Sequence[str],
-                groups: list, stats_needed: set[str]) -> list[pl.DataFrame]:
+                groups: list, stats_needed: set[str], kinds: frozenset[str] | None = None) -> list[pl.DataFrame]:
     """Frames for ``[start, end)`` of one bucket with batch skipping and exact row filtering."""
     tablet = table.log_tablet(bucket)
-    header_filter = (lambda h: may_match(groups, h)) if groups else None
+    deletes_only = kinds is not None and kinds <= {"-D"}
+    header_filter = None
+    if groups or deletes_only:
+        def header_filter(h: BatchHeader) -> bool:  # a batch whose header rules it out is not read
+            return not (deletes_only and h.deletes == 0) and (not groups or may_match(groups, h))
     read_cols = list(dict.fromkeys([*columns, *stats_needed]))
     frames = []
     expr = to_expression(groups)
+    if kinds is not None:
+        kind_expr = pl.col("_change_type").is_in(sorted(kinds))
+        expr = kind_expr if expr is None else expr & kind_expr
     # batch offsets must be computed on the unsliced batch: slice after building the frame
     for batch in tablet.read(start, end, columns=read_cols, header_filter=header_filter):
         frame = _batch_frame(table, bucket, batch, read_cols)
@@ -83,12 +90,15 @@ def _read_range(table: "Table", bucket: int, start: int, end: int, columns: Sequ
 
 def scan_log(table: "Table", *, start_offsets: Mapping[int, int] | None = None,
              end_offsets: Mapping[int, int] | None = None, columns: Sequence[str] | None = None,
-             filters: Filters | None = None, start_timestamp: int | None = None) -> pl.DataFrame:
+             filters: Filters | None = None, start_timestamp: int | None = None,
+             change_types: Sequence[str] | None = None) -> pl.DataFrame:
     """Bounded read of every bucket from `start_offsets` (default: earliest) to `end_offsets` (default: now).
 
     `start_timestamp` (epoch ms) starts each bucket at its first batch committed at or after that time
-    (Fluss's ``scan.startup.mode = timestamp``).
+    (Fluss's ``scan.startup.mode = timestamp``). `change_types` keeps only records of those types (``"-D"``
+    alone skips, unread, every batch whose header counts no delete).
     """
+    kinds = _check_change_types(change_types)
     if start_timestamp is not None:
         if start_offsets is not None:
             raise InvalidConfigError("pass start_offsets or start_timestamp, not both")
@@ -110,8 +120,20 @@ def scan_log(table: "Table", *, start_offsets: Mapping[int, int] | None = None,
             raise OffsetOutOfRangeError(f"bucket {bucket}: end offset {end} is after the log end {latest} (latest)")
         if start >= end:
             continue
-        frames += _read_range(table, bucket, start, end, columns, groups, needed)
+        frames += _read_range(table, bucket, start, end, columns, groups, needed, kinds)
     return pl.concat(frames, how="vertical") if frames else _empty(table, columns)
+
+
+def _check_change_types(change_types: Sequence[str] | None) -> frozenset[str] | None:
+    """The change types to keep (None: all), rejecting names that are not change types."""
+    if change_types is None:
+        return None
+    if isinstance(change_types, str):
+        change_types = [change_types]
+    unknown = [c for c in change_types if c not in CHANGE_TYPE_NAMES]
+    if unknown:
+        raise InvalidConfigError(f"change_types {unknown} are not change types; use some of {CHANGE_TYPE_NAMES}")
+    return frozenset(change_types)
 
 
 def _check_bucket(table: "Table", bucket: int) -> None:

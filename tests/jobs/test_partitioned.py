@@ -377,11 +377,11 @@ def test_a_partition_dropped_while_the_job_reads_it_is_skipped() -> None:
     dropped = []
 
     class Racing(DeltaJoin):
-        def _read(self, alias, ranges, columns):
+        def _read(self, alias, ranges, columns, change_types=None):
             if not dropped and any(p == "d1" for p, _ in ranges):
                 a.drop_partition("d1")
                 dropped.append("d1")
-            return super()._read(alias, ranges, columns)
+            return super()._read(alias, ranges, columns, change_types)
 
     job = Racing(h.result, h.tables, [Join("a", "b", ["day", "k"]), Join("a", "c", ["day", "k"], how="left")],
                  name="racing")
