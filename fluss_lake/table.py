@@ -455,11 +455,13 @@ class Table:
         return _flush(writer)
 
     # ------------------------------------------------------------ reads
-    def new_scan(self, *, columns: Sequence[str] | None = None, filters: "Filters | None" = None) -> "LogScanner":
-        """A log scanner: subscribe buckets from offsets, then ``poll`` record batches."""
+    def new_scan(self, *, columns: Sequence[str] | None = None, filters: "Filters | None" = None,
+                 change_types: Sequence[str] | None = None) -> "LogScanner":
+        """A log scanner: subscribe buckets from offsets, then ``poll`` record batches (only of `change_types`
+        if given, as in :meth:`scan_log`)."""
         from fluss_lake.log.log_scanner import LogScanner
 
-        return LogScanner(self, columns=columns, filters=filters)
+        return LogScanner(self, columns=columns, filters=filters, change_types=change_types)
 
     def scan_log(self, *, start_offsets: Mapping[int, int] | None = None, end_offsets: Mapping[int, int] | None = None,
                  columns: Sequence[str] | None = None, filters: "Filters | None" = None,

@@ -182,10 +182,12 @@ class LogScanner:
     0
     """
 
-    def __init__(self, table: "Table", *, columns: Sequence[str] | None = None, filters: Filters | None = None) -> None:
+    def __init__(self, table: "Table", *, columns: Sequence[str] | None = None, filters: Filters | None = None,
+                 change_types: Sequence[str] | None = None) -> None:
         self.table = table
         self.columns = _check_columns(table, columns)
         self.groups = normalize_filters(filters, table.schema.polars_schema)
+        self.kinds = _check_change_types(change_types)
         self.positions: dict = {}
         self._partitioned = table._is_partitioned_parent()
         self._follow: str | None = None  # "beginning" / "latest": pick up partitions created later that way
@@ -268,7 +270,7 @@ class LogScanner:
                 end = tablet.refresh()
                 _check_range(tablet, start, end)
                 if end > start:
-                    read = _read_range(handle, bucket, start, end, self.columns, self.groups, needed)
+                    read = _read_range(handle, bucket, start, end, self.columns, self.groups, needed, self.kinds)
                     if self._partitioned:
                         read = [f.select(pl.lit(key[0], dtype=pl.String).alias("_partition"), pl.all()) for f in read]
                     frames += read

@@ -88,3 +88,30 @@ def test_a_deletes_scan_skips_batches_without_deletes_unread(users: fl.Table, mo
 def test_unknown_change_types_are_rejected(users: fl.Table) -> None:
     with pytest.raises(InvalidConfigError, match="not change types"):
         users.scan_log(change_types=["DELETE"])
+
+
+def test_a_scanner_polls_only_the_chosen_change_types(users: fl.Table) -> None:
+    scanner = users.new_scan(columns=["id"], change_types=["-D"])
+    scanner.subscribe_from_beginning()
+    assert sorted(scanner.poll().get_column("id").to_list()) == [3, 4, 5, 7]
+    users.delete([{"id": 8}])
+    users.upsert([{"id": 9, "name": "w"}])
+    polled = scanner.poll()
+    assert polled.get_column("id").to_list() == [8] and polled.get_column("_change_type").cast(str).to_list() == ["-D"]
+    with pytest.raises(InvalidConfigError, match="not change types"):
+        users.new_scan(change_types=["+X"])
+
+
+def test_change_types_on_a_partitioned_table(tmp_path: Path) -> None:
+    conn = fl.connect(tmp_path)
+    conn.create_database("db")
+    conn.create_table("db.p", schema={"day": "STRING", "id": "BIGINT", "v": "INT"}, primary_key=["day", "id"],
+                      partition_keys=["day"])
+    table = conn.get_table("db.p")
+    table.upsert([{"day": d, "id": i, "v": i} for d in ("a", "b") for i in range(3)])
+    table.delete([{"day": "b", "id": 1}])
+    deletes = table.scan_log(change_types=["-D"])
+    assert deletes.select("_partition", "id").rows() == [("b", 1)]
+    scanner = table.new_scan(change_types=["+I"])
+    scanner.subscribe_from_beginning()
+    assert scanner.poll().height == 6
