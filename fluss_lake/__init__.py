@@ -16,7 +16,6 @@ Examples
 [{'user': 1, 'total': 12}]
 """
 
-from fluss_lake import _allocator  # noqa: F401, I001 - first: allocator settings read when pyarrow loads
 from fluss_lake import jobs
 from fluss_lake.catalog import Connection, connect
 from fluss_lake.exceptions import *  # noqa: F403 - the exception tree is public
