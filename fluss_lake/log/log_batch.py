@@ -97,7 +97,11 @@ def encode_batch(*, rows: pl.DataFrame | pa.Table, base_offset: int, commit_ts: 
     table = table.replace_schema_metadata({_META_KEY: json.dumps(header, separators=(",", ":")).encode()})
     sink = pa.BufferOutputStream()
     codec = None if compression in (None, "none") else ("lz4" if compression == "lz4_frame" else compression)
-    ipc_options = pa.ipc.IpcWriteOptions(compression=pa.Codec(codec, compression_level) if codec else None)
+    # Compressed on this thread: buffers that Arrow's thread pool allocates and this thread frees stay resident
+    # in Arrow's allocator (measured: 25-30 MB more per writing process), and a batch is small enough that one
+    # core compresses it about as fast.
+    ipc_options = pa.ipc.IpcWriteOptions(compression=pa.Codec(codec, compression_level) if codec else None,
+                                         use_threads=False)
     with pa.ipc.new_file(sink, table.schema, options=ipc_options) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
