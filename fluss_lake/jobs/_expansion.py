@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import polars as pl
 
+from fluss_lake._utils.distinct import distinct
 from fluss_lake.jobs.join_plan import LIVE, Edge, JoinPlan
 
 __all__ = ["TUPLE_LIVE", "emit", "expand"]
@@ -43,7 +44,7 @@ def expand(plan: JoinPlan, seed_alias: str, seeds: pl.DataFrame, fetch: Fetch, *
             else:
                 probe = tuple(c for _, c in edge.pairs) if down else tuple(p for p, _ in edge.pairs)
             u_cols = [f"{u}.{edge.partner(v, c)}" for c in probe]
-            keys = tuples.select(u_cols).drop_nulls().unique()
+            keys = distinct(tuples.select(u_cols).drop_nulls())
             keys.columns = list(probe)
             fetched = plan.qualify(v, fetch(v, probe, keys))
             how = "left" if down and edge.how == "left" else "inner"
@@ -89,9 +90,9 @@ def emit(plan: JoinPlan, tuples: pl.DataFrame, exclude: pl.DataFrame | None = No
     """
     key = plan.result_key()
     projection = list(plan.projection.values())
-    upserts = tuples.filter(pl.col(TUPLE_LIVE)).select(projection).unique(subset=key, keep="any")
+    upserts = distinct(tuples.filter(pl.col(TUPLE_LIVE)).select(projection), key, keep="any")
     # keys of live tuples are upserted anyway: only the others can need a delete
-    keys = tuples.filter(~pl.col(TUPLE_LIVE)).select([plan.projection[k] for k in key]).drop_nulls().unique()
+    keys = distinct(tuples.filter(~pl.col(TUPLE_LIVE)).select([plan.projection[k] for k in key]).drop_nulls())
     deletes = keys.join(upserts.select(key), on=key, how="anti", nulls_equal=True)
     if exclude is not None and exclude.height:
         deletes = deletes.join(exclude.select(key), on=key, how="anti", nulls_equal=True)

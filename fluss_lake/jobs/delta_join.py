@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from fluss_lake._utils.distinct import distinct
 from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError
 from fluss_lake.jobs._expansion import emit, expand
 from fluss_lake.jobs.job import Job, JobReport, default_job_name
@@ -126,7 +127,7 @@ class DeltaJoin(Job):
         The image may be older than the current row; the later change is in the changelog and is processed
         after this one, so the result converges without looking the rows up again."""
         pk = self._pk(alias)
-        images = changes.filter(pl.col("_change_type") != "-U").unique(subset=pk, keep="last")
+        images = distinct(changes.filter(pl.col("_change_type") != "-U"), pk, keep="last")
         found = images.get_column("_change_type") != "-D"
         return self.plan.live(alias, images.select(self.plan.needed[alias]), found)
 
@@ -145,7 +146,7 @@ class DeltaJoin(Job):
                 rows = self._read(alias, {bucket: (lo, min(end, lo + self.batch_rows))}, pk, change_types=["-D"])
                 parts.append(rows.select(pk))
         schema = self.inputs[alias].schema.polars_schema
-        return pl.concat(parts).unique() if parts else pl.DataFrame(schema={c: schema[c] for c in pk})
+        return distinct(pl.concat(parts)) if parts else pl.DataFrame(schema={c: schema[c] for c in pk})
 
     def _catch_up_keys(self) -> bool:
         """Read delete records committed since we last looked (after probing); True if there were any."""
@@ -156,7 +157,7 @@ class DeltaJoin(Job):
             extra = {k: (known.get(k, 0), e) for k, e in self._log_ends(alias).items() if e > known.get(k, 0)}
             if extra:
                 deleted = self._deleted_keys(alias, extra)
-                self._keys[alias] = pl.concat([self._keys[alias], deleted]).unique()
+                self._keys[alias] = distinct(pl.concat([self._keys[alias], deleted]))
                 self._known[alias] = {**known, **{b: e for b, (_, e) in extra.items()}}
                 grew = grew or deleted.height > 0
         return grew
@@ -181,8 +182,10 @@ class DeltaJoin(Job):
                     records += changes.height
                     if changes.height:
                         seeds[alias] = self._seeds(alias, changes)
+                    del changes  # a step holds as little as it can at once: the records are in their seeds now
                 if seeds:
                     ups, dels = self._process(seeds)
+                    seeds.clear()
                     write_changes(self.result, ups, dels)
                     upserted += ups.height
                     deleted += dels.height
@@ -196,6 +199,8 @@ class DeltaJoin(Job):
         for _ in range(_MAX_RACE_ROUNDS):
             parts = [expand(self.plan, alias, rows, self._fetch, index_probes=True) for alias, rows in seeds.items()]
             if not self._catch_up_keys():  # nobody committed while we probed: the probes saw a consistent picture
-                return emit(self.plan, parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed"))
+                tuples = parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
+                parts.clear()
+                return emit(self.plan, tuples)
         raise CommitConflictError(f"job {self.name!r}: inputs kept changing while probing {_MAX_RACE_ROUNDS} times; "
                                   "run the job again")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from fluss_lake._utils.distinct import distinct
 from fluss_lake.jobs._expansion import TUPLE_LIVE, emit, expand
 from fluss_lake.jobs.delta_join import write_changes
 from fluss_lake.jobs.job import Job, JobReport, default_job_name, partition_names
@@ -100,7 +101,7 @@ class StatefulJoin(Job):
             rows = frame.join(keys, on=list(probe), how="semi")
             extra = (images or {}).get(alias)
             if extra is not None and extra.height:
-                rows = pl.concat([rows, extra.join(keys, on=list(probe), how="semi")], how="vertical").unique()
+                rows = distinct(pl.concat([rows, extra.join(keys, on=list(probe), how="semi")], how="vertical"))
             return self.plan.live(alias, rows)
         return fetch
 
@@ -125,17 +126,17 @@ class StatefulJoin(Job):
         for alias, frame in changes.items():
             pk = list(self.inputs[alias].schema.primary_key)
             needed = self.plan.needed[alias]
-            images = frame.filter(pl.col("_change_type") != "-U").unique(subset=pk, keep="last")
+            images = distinct(frame.filter(pl.col("_change_type") != "-U"), pk, keep="last")
             keys = images.select(pk)
             alive = images.filter(pl.col("_change_type") != "-D").select(needed)
             new[alias] = pl.concat([old[alias].join(keys, on=pk, how="anti"), alive], how="vertical")
             affected[alias] = keys
-            images_of[alias] = frame.select(needed).unique()
+            images_of[alias] = distinct(frame.select(needed))
         parts = []
         for alias, keys in affected.items():
             pk = list(keys.columns)
-            before = self.plan.live(alias, pl.concat([old[alias].join(keys, on=pk, how="semi"), images_of[alias]],
-                                                     how="vertical").unique())
+            before = self.plan.live(alias, distinct(pl.concat([old[alias].join(keys, on=pk, how="semi"),
+                                                               images_of[alias]], how="vertical")))
             present = new[alias].join(keys, on=pk, how="semi")
             gone = keys.join(present.select(pk), on=pk, how="anti").with_columns(pl.lit(False).alias(LIVE))
             # deleted keys stay as (not live) seeds: the left side of a LEFT join gets its null-padded row back

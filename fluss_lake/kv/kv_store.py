@@ -1,9 +1,10 @@
 """Primary-key state on disk: a small log-structured merge tree of hash-sorted, memory-mapped Arrow segments.
 
 Each segment is an uncompressed Arrow IPC file holding after-images (and tombstones) sorted by a 64-bit key
-hash. Its hash column *is* the index: a lookup probes each segment, newest first, through a small in-RAM
-directory of the hashes (compiled loops, see ``_kernels.pyx``), then gathers the hits. No row lives in process
-memory: the mapped pages are file cache the OS can drop, so a table may be larger than RAM. New after-images form a new small segment; runs of four
+hash. Its hash column *is* the index: a lookup probes each segment, newest first, through a small
+directory of the hashes saved beside the segment and mapped (compiled loops, see ``_kernels.pyx``), then
+gathers the hits. Neither rows nor index live in process memory: the mapped pages are file cache the OS can
+drop, so a table may be larger than RAM. New after-images form a new small segment; runs of four
 segments of similar size are merged (newest wins, tombstones dropped at the bottom), keeping lookups to a
 few probes and write amplification logarithmic.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import mmap
 import os
 import threading
 import uuid
@@ -25,10 +27,12 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from fluss_lake._utils.distinct import distinct
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.kv import _kernels, compactor, memtable_budget, row_gather  # type: ignore[attr-defined]
 
-__all__ = ["HASH_COLUMN", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex"]
+__all__ = ["HASH_COLUMN", "INDEX_SUFFIX", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex", "index_path", "remove_segment_file",
+           "save_index"]
 
 HASH_COLUMN = "__hash"
 TOMB_COLUMN = "__tomb"  # UInt8 on disk (1 = tombstone) so it maps to numpy without a copy
@@ -48,19 +52,25 @@ MEMTABLE_BATCHES = 32
 
 #: Segments with fewer rows are probed with a plain binary search (building an index would cost more than it saves).
 _INDEX_MIN_ROWS = 2048
+#: Index files: ``<segment file>.idx`` = magic, (rows, shift, directory size, directory item size) as int64, the
+#: directory, then the fingerprints (see :meth:`SegmentIndex.save`).
+INDEX_SUFFIX = ".idx"
+_INDEX_MAGIC = b"FLKVIDX1"
 #: A directory slot covers 2**this rows on average (fewer slots: the directory stays in the CPU cache).
 _SLOT_ROWS_LOG2 = 0
 
 
 @dataclass(frozen=True, slots=True)
 class SegmentIndex:
-    """An in-RAM probe index of one immutable segment: a radix directory plus 32-bit fingerprints.
+    """The probe index of one immutable segment: a radix directory plus 32-bit fingerprints.
 
     ``starts[b]`` is the first row whose hash has ``b`` as its top ``64 - shift`` bits (one to two rows per
     directory slot on average), and ``fingerprints[r]`` is the top 32 bits of row ``r``'s hash. A probe reads
-    its slot, scans the slot's fingerprints (all in RAM) and touches the memory-mapped hash column only to
-    confirm a fingerprint match. It costs 6-8 bytes per row (the rows themselves stay on disk), is built on
-    the first probe of a segment and dies with it.
+    its slot, scans the slot's fingerprints and touches the memory-mapped hash column only to confirm a
+    fingerprint match. It holds 6-8 bytes per row. A segment file written by a store has its index saved beside
+    it (:func:`index_path`, written with the segment), and every process maps that file: like the rows, the
+    index is file cache the OS may drop, not process memory, and no process builds it again. A segment without
+    the file (written by an older version, or a damaged file) gets its index built in memory on first probe.
 
     Examples
     --------
@@ -92,8 +102,44 @@ class SegmentIndex:
 
     @property
     def nbytes(self) -> int:
-        """Process memory the index holds."""
+        """Bytes the index holds (mapped from its file, or in process memory)."""
         return int(self.starts.nbytes + self.fingerprints.nbytes)
+
+    def save(self, path: str, *, fsync: bool = False) -> None:
+        """Write the index as a file for :meth:`open` (atomically: the file is complete or absent)."""
+        header = np.array([self.rows, self.shift, self.starts.size, self.starts.dtype.itemsize], dtype=np.int64)
+        tmp = os.path.join(os.path.dirname(path), f".tmp-{uuid.uuid4().hex}{INDEX_SUFFIX}")
+        try:
+            with open(tmp, "wb") as handle:
+                handle.write(_INDEX_MAGIC)
+                handle.write(header.tobytes())
+                handle.write(memoryview(np.ascontiguousarray(self.starts)).cast("B"))
+                handle.write(memoryview(np.ascontiguousarray(self.fingerprints)).cast("B"))
+            if fsync:
+                fsync_file(tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            unlink_quietly(tmp)
+            raise
+
+    @classmethod
+    def open(cls, path: str, rows: int) -> SegmentIndex | None:
+        """Map an index saved by :meth:`save` for a segment of `rows` rows (None if the file is missing or does
+        not match: the caller then builds the index)."""
+        try:
+            with open(path, "rb") as handle:
+                mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        except (FileNotFoundError, ValueError):  # ValueError: an empty file cannot be mapped
+            return None
+        head = len(_INDEX_MAGIC) + 32
+        if len(mapped) < head or mapped[:len(_INDEX_MAGIC)] != _INDEX_MAGIC:
+            return None
+        saved_rows, shift, count, itemsize = (int(v) for v in np.frombuffer(mapped, np.int64, 4, len(_INDEX_MAGIC)))
+        if saved_rows != rows or itemsize not in (4, 8) or len(mapped) != head + count * itemsize + (rows + 1) * 4:
+            return None
+        starts = np.frombuffer(mapped, np.uint32 if itemsize == 4 else np.int64, count, head)
+        fingerprints = np.frombuffer(mapped, np.uint32, rows + 1, head + count * itemsize)
+        return cls(starts, fingerprints, shift, rows)
 
     def probe(self, hashes: np.ndarray, queries: np.ndarray, pending: np.ndarray, seg_of: np.ndarray,
               row_of: np.ndarray, number: int) -> int:
@@ -171,7 +217,11 @@ class Segment:
         try:
             return self._index  # type: ignore[attr-defined,no-any-return]
         except AttributeError:
-            index = SegmentIndex.build(self.hashes) if self.rows >= _INDEX_MIN_ROWS else None
+            index = None
+            if self.rows >= _INDEX_MIN_ROWS:
+                index = SegmentIndex.open(index_path(self.path), self.rows) if self.path is not None else None
+                if index is None:
+                    index = SegmentIndex.build(self.hashes)
             object.__setattr__(self, "_index", index)
             return index
 
@@ -392,8 +442,29 @@ def write_segment(directory: str, frame: pl.DataFrame | pa.Table, *, fsync: bool
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))
     if fsync:
         fsync_file(tmp)
+    if table.num_rows >= _INDEX_MIN_ROWS:  # the index first: a segment that exists has its index file
+        hashes = _single_chunk(table.column(HASH_COLUMN)).to_numpy(zero_copy_only=False)
+        SegmentIndex.build(hashes).save(index_path(path), fsync=fsync)
     os.replace(tmp, path)
     return Segment.open(path)
+
+
+def save_index(path: str) -> None:
+    """Write the index file of an existing segment file that has none (a segment downloaded from a remote store)."""
+    segment = Segment.open(path)
+    if segment.rows >= _INDEX_MIN_ROWS and not os.path.exists(index_path(path)):
+        SegmentIndex.build(segment.hashes).save(index_path(path))
+
+
+def index_path(segment_path: str) -> str:
+    """The file beside a segment file holding its probe index (see :class:`SegmentIndex`)."""
+    return segment_path + INDEX_SUFFIX
+
+
+def remove_segment_file(path: str) -> None:
+    """Delete a segment file and its index file (either may be gone already)."""
+    unlink_quietly(path)
+    unlink_quietly(index_path(path))
 
 
 class KvStore:
@@ -672,8 +743,10 @@ class KvStore:
                                             pl.Series("__probe", np.repeat(np.arange(len(lo)), lengths))))
         if not parts:
             return pl.DataFrame(schema=self.schema).with_columns(pl.Series("__probe", [], dtype=pl.Int64))
-        merged = pl.concat(parts).sort("__rank", maintain_order=True).unique(
-            subset=[*self.primary_key, "__probe"], keep="first", maintain_order=True)
+        if len(parts) == 1:  # one row per key in a segment: nothing to choose between
+            merged = parts[0]
+        else:  # parts are newest first: the first row of a (key, probe) is its newest version
+            merged = distinct(pl.concat(parts), [*self.primary_key, "__probe"], keep="first")
         return merged.filter(~pl.col(TOMB_COLUMN)).sort("__probe", maintain_order=True).drop(TOMB_COLUMN, "__rank")
 
     def scan(self) -> pl.DataFrame:
@@ -808,7 +881,7 @@ class KvStore:
                 self._replace(start, start + len(captured), [] if merged is None else [merged])
                 return True
         if merged is not None and merged.path is not None:
-            unlink_quietly(merged.path)  # lost to a full compaction or a restore: nothing references it
+            remove_segment_file(merged.path)  # lost to a full compaction or a restore: nothing references it
         return True
 
     def wait_for_compaction(self) -> None:

@@ -20,11 +20,13 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from fluss_lake._utils.distinct import distinct
 from fluss_lake.exceptions import CommitConflictError, CorruptDataError
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.kv.key_index import index_hashes
-from fluss_lake.kv.kv_store import TS_COLUMN, KvStore, Segment
+from fluss_lake.kv.kv_store import (INDEX_SUFFIX, TS_COLUMN, KvStore, Segment, index_path, remove_segment_file,
+                                    save_index)
 from fluss_lake.kv.merge.row_merger import (EMIT_DELETE, EMIT_INSERT, EMIT_UPDATE, MergeRound, RowMerger)
 from fluss_lake.kv.row_gather import take_rows
 from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, delete_count, encode_batch
@@ -121,6 +123,7 @@ class KvTablet:
             with open(tmp, "wb") as handle:
                 handle.write(data)
             os.replace(tmp, path)
+            save_index(path)  # index files stay local: each process writes its own beside its downloaded copy
         return Segment.open(path)
 
 
@@ -153,7 +156,7 @@ class KvTablet:
         images = changelog.filter(pl.col(CHANGE_TYPE_COLUMN) != UPDATE_BEFORE)
         if images.height == 0:
             return
-        last = images.unique(subset=list(self.primary_key), keep="last", maintain_order=True)
+        last = distinct(images, list(self.primary_key), keep="last")
         hashes = index_hashes(last, self.primary_key, self.prefix_key)
         deleted = (last.get_column(CHANGE_TYPE_COLUMN) == DELETE).to_numpy()
         self.kv.apply(hashes, last.drop(CHANGE_TYPE_COLUMN, TS_COLUMN), deleted, last.get_column(TS_COLUMN).to_numpy())
@@ -352,20 +355,10 @@ class KvTablet:
         if os.path.exists(target):
             return
         os.makedirs(self.shared_dir, exist_ok=True)
-        tmp = os.path.join(self.shared_dir, f".tmp-{segment.name}")
-        try:
-            os.link(segment.path, tmp)  # same file system: no copy
-        except OSError:
-            with open(tmp, "wb") as handle:
-                handle.write(_segment_bytes(segment))
-        fsync_file(tmp)  # a manifest (fsynced) must never name a segment a power loss could truncate
-        os.utime(tmp)  # published now: the orphan grace period counts from here
-        try:
-            os.link(tmp, target)
-        except FileExistsError:
-            pass
-        finally:
-            unlink_quietly(tmp)
+        index = index_path(segment.path)
+        if os.path.exists(index):  # the index first: a published segment has its index file (when it has one)
+            _link_published(self.shared_dir, index, index_path(target), lambda: _file_bytes(index))
+        _link_published(self.shared_dir, segment.path, target, lambda: _segment_bytes(segment))
 
     def _collect(self) -> None:
         """Drop old manifests, retired private segments, and published segments no retained manifest names."""
@@ -381,13 +374,44 @@ class KvTablet:
                 pass
         for segment in self.kv.retired:
             if segment.path is not None and os.path.dirname(segment.path) == self.kv.directory:  # private copy
-                unlink_quietly(segment.path)
+                remove_segment_file(segment.path)
             if self.shared_dir is None and segment.name not in referenced:
                 self.store.delete(f"{self.kv_prefix}/segments/{segment.name}")
         self.kv.retired = []
         if self.shared_dir is not None:
             for path in _orphans(self.shared_dir, referenced, time.time()):
                 unlink_quietly(path)
+
+
+def _link_published(directory: str, source: str, target: str, data: Callable[[], bytes | None]) -> None:
+    """Publish a private file under `target` in the shared folder: a hard link (same file system: no copy; else
+    the bytes `data` gives, skipped when None) under a temp name, fsynced, then linked to its final name."""
+    tmp = os.path.join(directory, f".tmp-{os.path.basename(target)}")
+    try:
+        os.link(source, tmp)
+    except OSError:
+        content = data()
+        if content is None:
+            return
+        with open(tmp, "wb") as handle:
+            handle.write(content)
+    fsync_file(tmp)  # a manifest (fsynced) must never name a file a power loss could truncate
+    os.utime(tmp)  # published now: the orphan grace period counts from here
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        pass
+    finally:
+        unlink_quietly(tmp)
+
+
+def _file_bytes(path: str) -> bytes | None:
+    """A file's bytes, None if it is gone."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
 
 
 def _segment_bytes(segment: Segment) -> bytes:
@@ -418,7 +442,8 @@ def _orphans(directory: str, referenced: set[str], now: float) -> list[str]:
         return []
     old = []
     for name in names:
-        if name in referenced or not (name.startswith("seg-") or name.startswith(".tmp-seg-")):
+        base = name.removesuffix(INDEX_SUFFIX)  # an index file lives as long as its segment
+        if base in referenced or not (name.startswith("seg-") or name.startswith(".tmp-seg-")):
             continue
         path = os.path.join(directory, name)
         try:

@@ -1,0 +1,111 @@
+"""Segment index files: written with every indexed segment, published and collected with it, mapped by every
+process (file cache, not process memory), and never trusted when they do not match: a missing, truncated or
+foreign index file only means the index is built in memory again, with the same lookup results."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+
+import numpy as np
+import polars as pl
+
+import fluss_lake as fl
+from fluss_lake.kv.kv_store import INDEX_SUFFIX, Segment, SegmentIndex, index_path
+
+ROWS = 20_000
+
+
+def _table(path, **options) -> fl.Table:
+    conn = fl.connect(path, **options)
+    conn.create_database("d", ignore_if_exists=True)
+    conn.create_table("d.t", schema={"id": "BIGINT", "v": "STRING"}, primary_key=["id"], ignore_if_exists=True)
+    return conn.get_table("d.t")
+
+
+def _fill(table: fl.Table, rows: int = ROWS) -> None:
+    ids = np.arange(rows)
+    table.upsert(pl.DataFrame({"id": ids, "v": pl.Series(ids).cast(pl.String)}))
+    table.snapshot()
+
+
+def _is_mapped(index: SegmentIndex) -> bool:
+    base = index.fingerprints.base
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", getattr(base, "obj", None))
+    return isinstance(base, mmap.mmap)
+
+
+def test_published_segments_carry_index_files_that_a_new_process_maps(tmp_path) -> None:
+    _fill(_table(tmp_path))
+    reader = fl.connect(tmp_path).get_table("d.t")
+    keys = pl.DataFrame({"id": np.arange(0, 2 * ROWS, 3)})
+    found = reader.new_lookup().lookup(keys, with_found=True)
+    assert found.get_column("_found").to_list() == [k < ROWS for k in range(0, 2 * ROWS, 3)]
+    segments = [s for s in reader.kv_tablet(0).kv.segments if s.rows >= 2048]
+    assert segments, "the fill wrote an indexed segment"
+    for segment in segments:
+        assert os.path.exists(index_path(segment.path)), "published beside its segment"
+        index = segment.index()
+        assert _is_mapped(index), "mapped from the file, not built in process memory"
+        built = SegmentIndex.build(segment.hashes)
+        assert np.array_equal(index.starts, built.starts) and np.array_equal(index.fingerprints, built.fingerprints)
+        assert index.shift == built.shift
+
+
+def test_damaged_or_missing_index_files_are_rebuilt_in_memory(tmp_path) -> None:
+    _fill(_table(tmp_path))
+    shared = _table(tmp_path).kv_tablet(0).shared_dir
+    files = sorted(n for n in os.listdir(shared) if n.endswith(INDEX_SUFFIX))
+    assert files
+    damaged = os.path.join(shared, files[0])
+    with open(damaged, "r+b") as handle:  # truncated (a torn write)
+        handle.truncate(os.path.getsize(damaged) - 4)
+    for name in files[1:]:
+        os.unlink(os.path.join(shared, name))
+    reader = fl.connect(tmp_path).get_table("d.t")
+    looked = reader.new_lookup().lookup(pl.DataFrame({"id": [0, 7, ROWS - 1, ROWS]}), with_found=True)
+    assert looked.get_column("_found").to_list() == [True, True, True, False]
+    assert looked.get_column("v").to_list()[:3] == ["0", "7", str(ROWS - 1)]
+    for segment in reader.kv_tablet(0).kv.segments:
+        if segment.rows >= 2048:
+            assert not _is_mapped(segment.index())
+    segment = Segment.open(damaged.removesuffix(INDEX_SUFFIX))
+    assert SegmentIndex.open(damaged, segment.rows) is None, "a truncated index file is refused"
+    SegmentIndex.build(segment.hashes).save(damaged)
+    assert SegmentIndex.open(damaged, segment.rows) is not None
+    assert SegmentIndex.open(damaged, segment.rows + 1) is None, "an index of another row count is refused"
+
+
+def test_index_files_go_with_their_segments(tmp_path) -> None:
+    """Merged-away private segments lose their index files; an orphaned index file in the shared folder is
+    collected after the grace period, one whose segment is still referenced never is."""
+    table = _table(tmp_path, snapshot_every=1)
+    for start in range(0, 6 * 4096, 4096):  # several indexed segments, merged as they pile up
+        ids = np.arange(start, start + 4096)
+        table.upsert(pl.DataFrame({"id": ids, "v": pl.Series(ids).cast(pl.String)}))
+        table.kv_tablet(0).kv.flush_memtable()
+    store = table.kv_tablet(0).kv
+    store.wait_for_compaction()
+    table.upsert([{"id": -1, "v": "x"}])  # snapshot + collect
+    private = store.directory
+    segments = {os.path.basename(s.path) for s in store.segments if s.path and os.path.dirname(s.path) == private}
+    leftovers = {n.removesuffix(INDEX_SUFFIX) for n in os.listdir(private) if n.endswith(INDEX_SUFFIX)}
+    assert leftovers <= segments, "no index file outlives its private segment"
+    shared = table.kv_tablet(0).shared_dir
+    orphan = os.path.join(shared, "seg-crashed-writer.arrow" + INDEX_SUFFIX)
+    with open(orphan, "wb") as handle:
+        handle.write(b"left behind")
+    kept = [n for n in os.listdir(shared) if n.endswith(INDEX_SUFFIX) and n != os.path.basename(orphan)]
+    assert kept
+    an_hour_ago = time.time() - 3600
+    for name in [os.path.basename(orphan), *kept]:
+        os.utime(os.path.join(shared, name), (an_hour_ago, an_hour_ago))
+    table.upsert([{"id": -2, "v": "y"}])
+    assert not os.path.exists(orphan)
+    live = {s.name for s in store.segments}
+    for name in kept:
+        if name.removesuffix(INDEX_SUFFIX) in live:
+            assert os.path.exists(os.path.join(shared, name))
+    assert fl.connect(tmp_path).get_table("d.t").to_polars().height == 6 * 4096 + 2
