@@ -93,6 +93,8 @@ def emit(plan: JoinPlan, tuples: pl.DataFrame, exclude: pl.DataFrame | None = No
     upserts = distinct(tuples.filter(pl.col(TUPLE_LIVE)).select(projection), key, keep="any")
     # keys of live tuples are upserted anyway: only the others can need a delete
     keys = distinct(tuples.filter(~pl.col(TUPLE_LIVE)).select([plan.projection[k] for k in key]).drop_nulls())
+    if not keys.height:  # the common case (no retractions): no hash table over the upserts' keys
+        return upserts, keys
     deletes = keys.join(upserts.select(key), on=key, how="anti", nulls_equal=True)
     if exclude is not None and exclude.height:
         deletes = deletes.join(exclude.select(key), on=key, how="anti", nulls_equal=True)
