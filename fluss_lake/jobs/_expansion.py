@@ -17,7 +17,7 @@ import polars as pl
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.jobs.join_plan import LIVE, Edge, JoinPlan
 
-__all__ = ["TUPLE_LIVE", "emit", "expand"]
+__all__ = ["TUPLE_LIVE", "emit", "expand", "project"]
 
 TUPLE_LIVE = "__tuple_live"
 Fetch = Callable[[str, tuple[str, ...], pl.DataFrame], pl.DataFrame]
@@ -82,17 +82,31 @@ def _side_cols(edge: Edge, alias: str) -> list[str]:
     return [c for _, c in edge.pairs] if alias == edge.child else [p for p, _ in edge.pairs]
 
 
-def emit(plan: JoinPlan, tuples: pl.DataFrame, exclude: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(result rows to upsert, result keys to delete) for the tuples of one batch of changes.
+def project(plan: JoinPlan, tuples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(live tuples as result rows, result keys of the other tuples) of some tuples, not yet deduplicated: the
+    small part of a batch of tuples :func:`emit` needs, so tuples of several inputs need not be held at once."""
+    key = plan.result_key()
+    rows = tuples.filter(pl.col(TUPLE_LIVE)).select(list(plan.projection.values()))
+    # keys of live tuples are upserted anyway: only the others can need a delete
+    keys = tuples.filter(~pl.col(TUPLE_LIVE)).select([plan.projection[k] for k in key]).drop_nulls()
+    return rows, keys
+
+
+def emit(plan: JoinPlan, tuples: pl.DataFrame | list[tuple[pl.DataFrame, pl.DataFrame]],
+         exclude: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(result rows to upsert, result keys to delete) for the tuples of one batch of changes (a frame, or the
+    :func:`project` parts of several).
 
     Upserts are the live tuples projected to the result; deletes are the keys of all tuples that no live tuple
     has (nor `exclude`, the upserts of the same step).
     """
     key = plan.result_key()
-    projection = list(plan.projection.values())
-    upserts = distinct(tuples.filter(pl.col(TUPLE_LIVE)).select(projection), key, keep="any")
-    # keys of live tuples are upserted anyway: only the others can need a delete
-    keys = distinct(tuples.filter(~pl.col(TUPLE_LIVE)).select([plan.projection[k] for k in key]).drop_nulls())
+    parts = [project(plan, tuples)] if isinstance(tuples, pl.DataFrame) else tuples
+    rows = parts[0][0] if len(parts) == 1 else pl.concat([r for r, _ in parts], how="vertical_relaxed")
+    upserts = distinct(rows, key, keep="any")
+    del rows
+    keys = parts[0][1] if len(parts) == 1 else pl.concat([k for _, k in parts], how="vertical_relaxed")
+    keys = distinct(keys)
     if not keys.height:  # the common case (no retractions): no hash table over the upserts' keys
         return upserts, keys
     deletes = keys.join(upserts.select(key), on=key, how="anti", nulls_equal=True)

@@ -24,7 +24,7 @@ import polars as pl
 
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError
-from fluss_lake.jobs._expansion import emit, expand
+from fluss_lake.jobs._expansion import emit, expand, project
 from fluss_lake.jobs.job import Job, JobReport, default_job_name
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 
@@ -197,10 +197,10 @@ class DeltaJoin(Job):
     def _process(self, seeds: Mapping[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Upserts and deletes for batches of changed rows (per input)."""
         for _ in range(_MAX_RACE_ROUNDS):
-            parts = [expand(self.plan, alias, rows, self._fetch, index_probes=True) for alias, rows in seeds.items()]
+            # each input's tuples shrink to result rows and keys before the next input's are grown
+            parts = [project(self.plan, expand(self.plan, alias, rows, self._fetch, index_probes=True))
+                     for alias, rows in seeds.items()]
             if not self._catch_up_keys():  # nobody committed while we probed: the probes saw a consistent picture
-                tuples = parts[0] if len(parts) == 1 else pl.concat(parts, how="diagonal_relaxed")
-                parts.clear()
-                return emit(self.plan, tuples)
+                return emit(self.plan, parts)
         raise CommitConflictError(f"job {self.name!r}: inputs kept changing while probing {_MAX_RACE_ROUNDS} times; "
                                   "run the job again")
