@@ -86,6 +86,7 @@ class KvTablet:
         self.kv = KvStore(os.path.join(local_dir, f"b{bucket:05d}"), schema, self.primary_key, ttl_ms=kv_ttl_ms,
                           clock=clock, lock=self.lock)
         self.applied = 0  # next log offset not yet applied to the state
+        self._retired_remote: set[str] = set()  # merged-away segments on a remote store, deleted once unreferenced
         self.last_snapshot = -1
         self._restore()
 
@@ -123,7 +124,14 @@ class KvTablet:
             with open(tmp, "wb") as handle:
                 handle.write(data)
             os.replace(tmp, path)
-            save_index(path)  # index files stay local: each process writes its own beside its downloaded copy
+            try:  # its index file too; a segment published without one gets it built here, once
+                index = self.store.get(f"{self.kv_prefix}/segments/{name}{INDEX_SUFFIX}")
+            except FileNotFoundError:
+                save_index(path)
+            else:
+                with open(f"{index_path(path)}.part", "wb") as handle:
+                    handle.write(index)
+                os.replace(f"{index_path(path)}.part", index_path(path))
         return Segment.open(path)
 
 
@@ -349,6 +357,9 @@ class KvTablet:
         if self.shared_dir is None:
             key = f"{self.kv_prefix}/segments/{segment.name}"
             if not self.store.exists(key):
+                index = _file_bytes(index_path(segment.path)) if segment.path is not None else None
+                if index is not None:  # the index first: a published segment has its index object
+                    self.store.put_if_absent(f"{key}{INDEX_SUFFIX}", index)
                 self.store.put_if_absent(key, _segment_bytes(segment))
             return
         target = os.path.join(self.shared_dir, segment.name)
@@ -375,9 +386,13 @@ class KvTablet:
         for segment in self.kv.retired:
             if segment.path is not None and os.path.dirname(segment.path) == self.kv.directory:  # private copy
                 remove_segment_file(segment.path)
-            if self.shared_dir is None and segment.name not in referenced:
-                self.store.delete(f"{self.kv_prefix}/segments/{segment.name}")
+            if self.shared_dir is None:
+                self._retired_remote.add(segment.name)
         self.kv.retired = []
+        for name in sorted(self._retired_remote - referenced):  # a retained snapshot may still name the others
+            self.store.delete(f"{self.kv_prefix}/segments/{name}")
+            self.store.delete(f"{self.kv_prefix}/segments/{name}{INDEX_SUFFIX}")
+        self._retired_remote &= referenced
         if self.shared_dir is not None:
             for path in _orphans(self.shared_dir, referenced, time.time()):
                 unlink_quietly(path)

@@ -9,6 +9,7 @@ import os
 import time
 
 import numpy as np
+import pytest
 import polars as pl
 
 import fluss_lake as fl
@@ -111,3 +112,44 @@ def test_index_files_go_with_their_segments(tmp_path) -> None:
         if name.removesuffix(INDEX_SUFFIX) in live:
             assert os.path.exists(os.path.join(shared, name))
     assert fl.connect(tmp_path).get_table("d.t").to_polars().height == 6 * 4096 + 2
+
+
+@pytest.mark.s3
+def test_index_files_travel_with_segments_on_s3(s3_url, tmp_path) -> None:
+    """On S3 a segment's index is published as an object beside it, downloaded with it by a new process (which
+    then maps it), and deleted with it when the segment is collected."""
+    import s3fs
+
+    url, options = s3_url
+    writer = fl.connect(url, storage_options=options, local_dir=str(tmp_path / "writer"), snapshot_every=10**9)
+    writer.create_database("d")
+    writer.create_table("d.t", schema={"id": "BIGINT", "v": "STRING"}, primary_key=["id"])
+    table = writer.get_table("d.t")
+    _fill(table)
+    fs = s3fs.S3FileSystem(**{k: v for k, v in options.items() if k in ("key", "secret", "endpoint_url",
+                                                                         "client_kwargs")})
+    root = url.removeprefix("s3://")
+    objects = [p for p in fs.find(root) if "/kv/" in p and "/segments/" in p]
+    indexes = [p for p in objects if p.endswith(INDEX_SUFFIX)]
+    assert indexes and all(p.removesuffix(INDEX_SUFFIX) in objects for p in indexes)
+
+    reader = fl.connect(url, storage_options=options, local_dir=str(tmp_path / "reader")).get_table("d.t")
+    looked = reader.new_lookup().lookup(pl.DataFrame({"id": [0, ROWS - 1, ROWS]}), with_found=True)
+    assert looked.get_column("_found").to_list() == [True, True, False]
+    indexed = [s for s in reader.kv_tablet(0).kv.segments if s.rows >= 2048]
+    assert indexed and all(os.path.exists(index_path(s.path)) and _is_mapped(s.index()) for s in indexed)
+
+    for start in range(ROWS, 5 * ROWS, ROWS):  # more segments, then a full compaction retires the first one
+        ids = np.arange(start, start + ROWS)
+        table.upsert(pl.DataFrame({"id": ids, "v": pl.Series(ids).cast(pl.String)}))
+    table.compact()
+    for extra in (-1, -2):  # newer snapshots: the ones naming the first segment are dropped, and it is collected
+        table.upsert([{"id": extra, "v": "x"}])
+        table.snapshot()
+    fs.invalidate_cache()
+    now = [p for p in fs.find(root) if "/kv/" in p and "/segments/" in p]
+    assert set(indexes) - set(now), "the first segment was merged away and collected, its index object with it"
+    assert all(p.removesuffix(INDEX_SUFFIX) in now for p in now if p.endswith(INDEX_SUFFIX)), \
+        "an index object outlived its segment"
+    assert fl.connect(url, storage_options=options, local_dir=str(tmp_path / "third")).get_table("d.t") \
+        .to_polars().height == 5 * ROWS + 2
