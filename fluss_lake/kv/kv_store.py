@@ -31,8 +31,8 @@ from fluss_lake._utils.distinct import distinct
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.kv import _kernels, compactor, memtable_budget, row_gather  # type: ignore[attr-defined]
 
-__all__ = ["HASH_COLUMN", "INDEX_SUFFIX", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex", "index_path", "remove_segment_file",
-           "save_index"]
+__all__ = ["HASH_COLUMN", "INDEX_SUFFIX", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex", "index_path",
+           "remove_segment_file", "save_index"]
 
 HASH_COLUMN = "__hash"
 TOMB_COLUMN = "__tomb"  # UInt8 on disk (1 = tombstone) so it maps to numpy without a copy
