@@ -424,11 +424,17 @@ class Table:
 
         return AppendWriter(self)
 
-    def new_upsert(self, *, target_columns: Sequence[str] | None = None, merge_mode: str = "default") -> "UpsertWriter":
-        """A writer of upserts and deletes for a primary-key table; `target_columns` makes it partial."""
+    def new_upsert(self, *, target_columns: Sequence[str] | None = None, merge_mode: str = "default",
+                   skip_unchanged: bool = False) -> "UpsertWriter":
+        """A writer of upserts and deletes for a primary-key table; `target_columns` makes it partial.
+
+        With `skip_unchanged`, an upsert whose merged row equals the current row writes no ``-U/+U`` records
+        (jobs use it: a replayed or repeated result row costs no changelog; not on tables with ``table.kv.ttl``).
+        """
         from fluss_lake.write.upsert_writer import UpsertWriter
 
-        return UpsertWriter(self, target_columns=target_columns, merge_mode=merge_mode)
+        return UpsertWriter(self, target_columns=target_columns, merge_mode=merge_mode,
+                            skip_unchanged=skip_unchanged)
 
     def append(self, data: Any) -> "WriteResult":
         """Append rows to a log table and wait until they are committed.

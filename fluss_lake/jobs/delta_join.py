@@ -36,11 +36,13 @@ __all__ = ["DeltaJoin", "write_changes"]
 _MAX_RACE_ROUNDS = 50
 
 
-def write_changes(result: Table, upserts: pl.DataFrame, deletes: pl.DataFrame) -> None:
-    """Upserts and deletes of distinct result keys as one write batch per bucket."""
+def write_changes(result: Table, upserts: pl.DataFrame, deletes: pl.DataFrame, *, skip_unchanged: bool = True) -> None:
+    """Upserts and deletes of distinct result keys as one write batch per bucket. With `skip_unchanged` a result
+    row equal to the current one writes nothing (a step repeated after a crash, or a row re-derived from a
+    probe, adds no changelog records)."""
     if not upserts.height and not deletes.height:
         return
-    writer = result.new_upsert()
+    writer = result.new_upsert(skip_unchanged=skip_unchanged)
     if upserts.height:
         writer.upsert(upserts)
     if deletes.height:
@@ -186,7 +188,8 @@ class DeltaJoin(Job):
                 if seeds:
                     ups, dels = self._process(seeds)
                     seeds.clear()
-                    write_changes(self.result, ups, dels)
+                    # Fluss's own records (emit_per_input) re-emit -U/+U for every probed row, changed or not
+                    write_changes(self.result, ups, dels, skip_unchanged=not self.emit_per_input)
                     upserted += ups.height
                     deleted += dels.height
                 self._advance({a: {b: span[1] for b, span in r.items()} for a, r in ranges.items()})

@@ -27,7 +27,8 @@ from fluss_lake.io.store import ObjectStore
 from fluss_lake.kv.key_index import index_hashes
 from fluss_lake.kv.kv_store import (INDEX_SUFFIX, TS_COLUMN, KvStore, Segment, index_path, remove_segment_file,
                                     save_index)
-from fluss_lake.kv.merge.row_merger import (EMIT_DELETE, EMIT_INSERT, EMIT_UPDATE, MergeRound, RowMerger)
+from fluss_lake.kv.merge.row_merger import (EMIT_DELETE, EMIT_INSERT, EMIT_NOTHING, EMIT_UPDATE, MergeRound,
+                                            RowMerger)
 from fluss_lake.kv.row_gather import take_rows
 from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, delete_count, encode_batch
 from fluss_lake.log.log_tablet import LogTablet
@@ -173,11 +174,14 @@ class KvTablet:
 
     @_locked
     def write(self, batch: pl.DataFrame, is_delete: np.ndarray, merger: RowMerger, image: ChangeImage,
-              max_attempts: int = 10_000, *, writer_id: str | None = None, batch_seq: int = -1) -> BatchHeader:
+              max_attempts: int = 10_000, *, writer_id: str | None = None, batch_seq: int = -1,
+              skip_unchanged: bool = False) -> BatchHeader:
         """Merge `batch` (rows in write order) and commit its changelog; returns the committed batch header.
 
         With a writer id and batch sequence the write is idempotent: if that batch is already in the log (an
-        earlier attempt reached the storage but its answer was lost) it is not merged again.
+        earlier attempt reached the storage but its answer was lost) it is not merged again. With
+        `skip_unchanged`, an update whose new row equals the current row writes no changelog record and leaves
+        the state as it is (not on tables with ``table.kv.ttl``, where a write renews the row's time).
         """
         writer_id = writer_id or self.writer_id
         hashes = index_hashes(batch, self.primary_key, self.prefix_key)
@@ -186,7 +190,8 @@ class KvTablet:
             done = self.log.committed(writer_id, batch_seq)
             if done is not None:
                 return done
-            changelog, final, order = self._merge(batch, hashes, is_delete, merger, image)
+            changelog, final, order = self._merge(batch, hashes, is_delete, merger, image,
+                                                  skip_unchanged and self.kv.ttl_ms <= 0)
             commit_ts = self.log.next_commit_ts(self.clock())
             if isinstance(changelog, pl.DataFrame):
                 changelog = changelog.to_arrow()
@@ -217,7 +222,7 @@ class KvTablet:
         return self.compression, self.compression_level
 
     def _merge(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
-               image: ChangeImage) -> tuple[pl.DataFrame | pa.Table, tuple[np.ndarray, pl.DataFrame, np.ndarray],
+               image: ChangeImage, skip_unchanged: bool = False) -> tuple[pl.DataFrame | pa.Table, tuple[np.ndarray, pl.DataFrame, np.ndarray],
                                             np.ndarray | None]:
         """The changelog of a batch (rounds of unique keys merged in write order, see row_merger), the
         final image of every key it changed: (index hashes, rows, deleted mask), and the hash order of that
@@ -225,12 +230,12 @@ class KvTablet:
         order = np.argsort(hashes)  # not a stable sort: its order is used only when the hashes are all distinct
         sorted_hashes = hashes[order]
         if len(hashes) and not (sorted_hashes[1:] == sorted_hashes[:-1]).any():  # distinct hashes: every key once, one round
-            return self._merge_distinct(batch, hashes, order, is_delete, merger, image)
-        changelog, final = self._merge_rounds(batch, hashes, is_delete, merger, image)
+            return self._merge_distinct(batch, hashes, order, is_delete, merger, image, skip_unchanged)
+        changelog, final = self._merge_rounds(batch, hashes, is_delete, merger, image, skip_unchanged)
         return changelog, final, None
 
     def _merge_distinct(self, batch: pl.DataFrame, hashes: np.ndarray, order: np.ndarray, is_delete: np.ndarray,
-                        merger: RowMerger, image: ChangeImage
+                        merger: RowMerger, image: ChangeImage, skip_unchanged: bool = False
                         ) -> tuple[pl.DataFrame | pa.Table, tuple[np.ndarray, pl.DataFrame, np.ndarray],
                                    np.ndarray | None]:
         """:meth:`_merge` for a batch whose keys are all distinct (the common case): one merge round, and the
@@ -239,6 +244,8 @@ class KvTablet:
         found, current = self.kv.lookup(hashes, batch.select(self.primary_key))
         outcome = merger.merge(MergeRound(current, pl.Series(found), batch, pl.Series(is_delete)))
         emit = outcome.emit.to_numpy()
+        if skip_unchanged:
+            emit = _without_unchanged(emit, current, outcome.after)
         after_exists = outcome.after_exists.to_numpy()
         before = (emit == EMIT_DELETE) | ((emit == EMIT_UPDATE) & (not image.wal))
         after = (emit == EMIT_INSERT) | (emit == EMIT_UPDATE)
@@ -281,7 +288,7 @@ class KvTablet:
         return changelog, final, final_order
 
     def _merge_rounds(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
-                      image: ChangeImage) -> tuple[pl.DataFrame, tuple[np.ndarray, pl.DataFrame, np.ndarray]]:
+                      image: ChangeImage, skip_unchanged: bool = False) -> tuple[pl.DataFrame, tuple[np.ndarray, pl.DataFrame, np.ndarray]]:
         """:meth:`_merge` for a batch that may touch a key several times: rounds of distinct keys."""
         key_id, first = _key_ids(batch, hashes, self.primary_key)
         occurrence = _occurrence(key_id)
@@ -301,6 +308,8 @@ class KvTablet:
             outcome = merger.merge(MergeRound(old, pl.Series(exists[keys]), batch if identity else batch[sel],
                                               pl.Series(is_delete[sel])))
             emit = outcome.emit.to_numpy()
+            if skip_unchanged:
+                emit = _without_unchanged(emit, old, outcome.after)
             touched[keys] |= emit != 0
             new_pos = store.height + np.arange(len(sel))
             records.append(_records(emit, old_pos, new_pos, sel, image))
@@ -467,6 +476,18 @@ def _orphans(directory: str, referenced: set[str], now: float) -> list[str]:
         except FileNotFoundError:
             pass
     return old
+
+
+def _without_unchanged(emit: np.ndarray, old: pl.DataFrame, after: pl.DataFrame) -> np.ndarray:
+    """`emit` with updates whose new row equals the old one (every column, nulls equal) turned into no-ops."""
+    update = emit == EMIT_UPDATE
+    if not update.any():
+        return emit
+    same = np.ones(len(emit), dtype=bool)
+    for name in after.columns:
+        same &= old.get_column(name).eq_missing(after.get_column(name)).to_numpy()
+    unchanged = update & same
+    return np.where(unchanged, EMIT_NOTHING, emit).astype(emit.dtype) if unchanged.any() else emit
 
 
 def _key_ids(batch: pl.DataFrame, hashes: np.ndarray, primary_key: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

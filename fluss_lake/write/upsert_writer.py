@@ -44,7 +44,7 @@ class UpsertWriter(BatchingWriter):
     """
 
     def __init__(self, table: "Table", *, target_columns: Sequence[str] | None = None,
-                 merge_mode: str = "default", buffer_rows: int = 1_000_000) -> None:
+                 merge_mode: str = "default", buffer_rows: int = 1_000_000, skip_unchanged: bool = False) -> None:
         if not table.is_primary_key_table:
             raise UnsupportedOperationError(f"{table.path} is a log table; use new_append() (upserts and deletes "
                                             "need a primary key)")
@@ -53,6 +53,7 @@ class UpsertWriter(BatchingWriter):
         self.target_columns = tuple(target_columns) if target_columns is not None else None
         self.merger = create_row_merger(spec, target_columns=self.target_columns, merge_mode=merge_mode)  # type: ignore[arg-type]
         self.merge_mode = merge_mode
+        self.skip_unchanged = skip_unchanged
         partial = self.target_columns is not None and set(self.target_columns) != set(spec.columns)
         self.partial = partial
         wal = table.info.options.get(opt.CHANGELOG_IMAGE, "full") == "wal"
@@ -95,4 +96,5 @@ class UpsertWriter(BatchingWriter):
         """Merge one bucket's batch against its state and commit the changelog."""
         is_delete = np.asarray(rows.get_column(_OP).to_numpy(), dtype=bool)
         return target.kv_tablet(bucket).write(rows.drop(_OP), is_delete, self.merger, self.image,
-                                                  writer_id=self.writer_id, batch_seq=seq)
+                                                  writer_id=self.writer_id, batch_seq=seq,
+                                                  skip_unchanged=self.skip_unchanged)
