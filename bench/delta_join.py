@@ -106,11 +106,13 @@ def child_run(payload: dict) -> dict:
         report = job.run_once()
         compactor.drain()  # the merges its writes started count too (both contenders)
         seconds = time.perf_counter() - start
-    rows = conn.get_table(f"bench.{payload['result']}").to_polars(columns=["cid"]).height
+    result = conn.get_table(f"bench.{payload['result']}")
+    rows = result.to_polars(columns=["cid"]).height
     import pyarrow as pa
 
     return {"seconds": seconds, "peak_anon": sampler.peak, "state_bytes": job.state_bytes(), "result_rows": rows,
             "records": report.records_read, "upserts": report.rows_upserted,
+            "changelog": sum(result.end_offsets().values()),
             "pool": pa.default_memory_pool().backend_name}
 
 
@@ -161,7 +163,8 @@ def _measure(path: str, rows: int, repeats: int, batch_rows: int) -> dict[str, d
                                ("upserts", run["upserts"])):
                 out[kind].setdefault(key, []).append(float(value))
             log(f"  {kind} rows={rows:,} r{r}: {run['seconds']:.2f} s, peak RssAnon {fmt_size(run['peak_anon'])}, "
-                f"state {fmt_size(run['state_bytes'])}, restart {restart['seconds']:.3f} s, Arrow pool {run['pool']}")
+                f"state {fmt_size(run['state_bytes'])}, restart {restart['seconds']:.3f} s, Arrow pool {run['pool']}, "
+                f"result changelog {run['changelog']:,} records")
     return out
 
 
