@@ -447,9 +447,10 @@ class Table:
         return _flush(writer)
 
     def upsert(self, data: Any, *, target_columns: Sequence[str] | None = None,
-               merge_mode: str = "default") -> "WriteResult":
-        """Upsert rows into a primary-key table (one write batch) and wait until committed (retry: see append)."""
-        writer = self.new_upsert(target_columns=target_columns, merge_mode=merge_mode)
+               merge_mode: str = "default", skip_unchanged: bool = False) -> "WriteResult":
+        """Upsert rows into a primary-key table (one write batch) and wait until committed (retry: see append);
+        `skip_unchanged`: see :meth:`new_upsert`."""
+        writer = self.new_upsert(target_columns=target_columns, merge_mode=merge_mode, skip_unchanged=skip_unchanged)
         writer.upsert(data)
         return _flush(writer)
 

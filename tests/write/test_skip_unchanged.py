@@ -46,6 +46,13 @@ def test_equal_rows_write_nothing_and_changes_still_do(tmp_path) -> None:
     assert table.to_polars().sort("id").to_dicts() == [{"id": 2, "v": "b", "x": 2.0}, {"id": 3, "v": "c", "x": 3.0}]
 
 
+def test_table_upsert_takes_the_option(tmp_path) -> None:
+    table = _table(tmp_path)
+    table.upsert([{"id": 1, "v": "a", "x": 1.0}])
+    result = table.upsert([{"id": 1, "v": "a", "x": 1.0}], skip_unchanged=True)
+    assert result.records == 0 and len(_records(table)) == 1
+
+
 def test_repeated_key_in_one_batch(tmp_path) -> None:
     """A batch touching a key twice (merge rounds): the unchanged round is skipped, the changing one is not."""
     table = _table(tmp_path)
