@@ -449,11 +449,11 @@ def write_segment(directory: str, frame: pl.DataFrame | pa.Table, *, fsync: bool
     return Segment.open(path)
 
 
-def save_index(path: str) -> None:
+def save_index(path: str, *, fsync: bool = False) -> None:
     """Write the index file of an existing segment file that has none (a segment downloaded from a remote store)."""
     segment = Segment.open(path)
     if segment.rows >= _INDEX_MIN_ROWS and not os.path.exists(index_path(path)):
-        SegmentIndex.build(segment.hashes).save(index_path(path))
+        SegmentIndex.build(segment.hashes).save(index_path(path), fsync=fsync)
 
 
 def index_path(segment_path: str) -> str:

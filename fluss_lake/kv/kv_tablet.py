@@ -118,21 +118,17 @@ class KvTablet:
         if self.shared_dir is not None:
             return Segment.open(os.path.join(self.shared_dir, name))
         path = os.path.join(self.kv.directory, name)
-        if not os.path.exists(path):
+        if not os.path.exists(path):  # a copy kept in a reused local folder is complete: it is written durably
             os.makedirs(self.kv.directory, exist_ok=True)
-            data = self.store.get(f"{self.kv_prefix}/segments/{name}")
-            tmp = f"{path}.part"
-            with open(tmp, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, path)
-            try:  # its index file too; a segment published without one gets it built here, once
-                index = self.store.get(f"{self.kv_prefix}/segments/{name}{INDEX_SUFFIX}")
+            try:  # its index file first, so a local segment file always has its index (if it was published)
+                index: bytes | None = self.store.get(f"{self.kv_prefix}/segments/{name}{INDEX_SUFFIX}")
             except FileNotFoundError:
-                save_index(path)
-            else:
-                with open(f"{index_path(path)}.part", "wb") as handle:
-                    handle.write(index)
-                os.replace(f"{index_path(path)}.part", index_path(path))
+                index = None
+            if index is not None:
+                _write_local(index_path(path), index)
+            _write_local(path, self.store.get(f"{self.kv_prefix}/segments/{name}"))
+            if index is None:  # published without one: built here, once
+                save_index(path, fsync=True)
         return Segment.open(path)
 
 
@@ -405,6 +401,16 @@ class KvTablet:
         if self.shared_dir is not None:
             for path in _orphans(self.shared_dir, referenced, time.time()):
                 unlink_quietly(path)
+
+
+def _write_local(path: str, data: bytes) -> None:
+    """Write a downloaded file completely and durably, then give it its name (a power loss leaves it whole or
+    absent, never a torn file under the final name)."""
+    tmp = f"{path}.part"
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+    fsync_file(tmp)
+    os.replace(tmp, path)
 
 
 def _link_published(directory: str, source: str, target: str, data: Callable[[], bytes | None]) -> None:
