@@ -600,9 +600,9 @@ class Table:
         """Current rows for the given primary keys, in key order; absent keys give all-null value columns."""
         return self.new_lookup().lookup(keys)
 
-    def prefix_lookup(self, keys: Any) -> pl.DataFrame:
-        """Every current row whose bucket key equals one of the given prefixes."""
-        return self.new_prefix_lookup().lookup(keys)
+    def prefix_lookup(self, keys: Any, *, with_offsets: bool = False) -> pl.DataFrame:
+        """Every current row whose bucket key equals one of the given prefixes (see :meth:`PrefixLookuper.lookup`)."""
+        return self.new_prefix_lookup().lookup(keys, with_offsets=with_offsets)
 
     def changelog(self, **kwargs: Any) -> pl.DataFrame:
         """The ``$changelog`` view: one row per log record (``insert``/``update_before``/...)."""

@@ -17,9 +17,12 @@ import polars as pl
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.jobs.join_plan import LIVE, Edge, JoinPlan
 
-__all__ = ["TUPLE_LIVE", "emit", "expand", "project"]
+__all__ = ["PENDING", "TUPLE_LIVE", "emit", "expand", "project"]
 
 TUPLE_LIVE = "__tuple_live"
+#: Optional flag of fetched rows: the row's last change is not consumed yet, so the tuples it is in are derived
+#: again when that change is (see :func:`project`).
+PENDING = "__pending"
 Fetch = Callable[[str, tuple[str, ...], pl.DataFrame], pl.DataFrame]
 
 
@@ -84,9 +87,16 @@ def _side_cols(edge: Edge, alias: str) -> list[str]:
 
 def project(plan: JoinPlan, tuples: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(live tuples as result rows, result keys of the other tuples) of some tuples, not yet deduplicated: the
-    small part of a batch of tuples :func:`emit` needs, so tuples of several inputs need not be held at once."""
+    small part of a batch of tuples :func:`emit` needs, so tuples of several inputs need not be held at once.
+
+    A live tuple holding a fetched row flagged :data:`PENDING` gives no row: that row's own change, read later,
+    derives the tuple again from the then current rows (retractions are never deferred)."""
     key = plan.result_key()
-    rows = tuples.filter(pl.col(TUPLE_LIVE)).select(list(plan.projection.values()))
+    live = pl.col(TUPLE_LIVE)
+    pending = [c for c in tuples.columns if c.endswith(f".{PENDING}")]
+    if pending:
+        live = live & ~pl.any_horizontal([pl.col(c).fill_null(False) for c in pending])
+    rows = tuples.filter(live).select(list(plan.projection.values()))
     # keys of live tuples are upserted anyway: only the others can need a delete
     keys = tuples.filter(~pl.col(TUPLE_LIVE)).select([plan.projection[k] for k in key]).drop_nulls()
     return rows, keys

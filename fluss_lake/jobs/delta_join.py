@@ -8,6 +8,11 @@ inserts, updates, deletes and the null-padded rows of LEFT joins with no per-row
 for all inputs (a joined row changed on both sides is written once); ``emit_per_input=True`` writes once per input
 instead, as Fluss's delta join does (each side's changes probe the other and emit: ``+I r, -U r, +U r``).
 
+A probed row whose last change lies beyond what the step consumes (a backlog: the inputs are ahead of the job)
+gives no upsert: its own change record, read in a later step, derives the same tuples again from the rows current
+then, so writing them now would only be overwritten (lookups return each row's changelog offset). Retractions are
+never deferred. ``emit_per_input=True`` keeps Fluss's records and defers nothing.
+
 Why retractions are complete without state: join keys are index columns, hence primary-key columns that never
 change. A joined row whose partner was deleted too is still found because the probe of each side also returns
 the keys of rows changed in the changelog not yet consumed (they are read before the probes, and again if a
@@ -20,12 +25,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError
-from fluss_lake.jobs._expansion import emit, expand, project
-from fluss_lake.jobs.job import Job, JobReport, default_job_name
+from fluss_lake.jobs._expansion import PENDING, emit, expand, project
+from fluss_lake.jobs.job import Job, JobReport, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 
 if TYPE_CHECKING:
@@ -92,6 +98,8 @@ class DeltaJoin(Job):
                          batch_rows=batch_rows, start=start)
         self._keys: dict[str, pl.DataFrame] = {}
         self._known: dict[str, dict[int, int]] = {}
+        self._defer_pending = not emit_per_input  # Fluss's records (the conformance vectors) re-emit every probe
+        self._consumed: dict[str, dict[tuple[str | None, int], int]] = {}  # per input: offsets after this step
 
     def explain(self) -> Explanation:
         """How this join runs (a delta join: which index each side is probed by)."""
@@ -108,13 +116,18 @@ class DeltaJoin(Job):
         needed = self.plan.needed[alias]
         schema = table.schema.polars_schema
         keys = keys.with_columns([pl.col(c).cast(schema[c]) for c in keys.columns])
+        defer = self._defer_pending
         if not keys.height:
             rows = pl.DataFrame(schema={c: schema[c] for c in needed})
-        elif list(probe) == pk:
-            found = table.new_lookup().lookup(keys.select(pk), with_found=True).filter(pl.col("_found"))
-            rows = found.select(needed)
+            if defer:
+                rows = rows.with_columns(pl.Series(PENDING, [], dtype=pl.Boolean))
         else:
-            rows = table.prefix_lookup(keys.select(list(probe))).select(needed)
+            if list(probe) == pk:
+                rows = table.new_lookup().lookup(keys.select(pk), with_found=True, with_offsets=defer)
+                rows = rows.filter(pl.col("_found"))
+            else:
+                rows = table.prefix_lookup(keys.select(list(probe)), with_offsets=defer)
+            rows = rows.select(*needed, self._pending(alias, rows).alias(PENDING)) if defer else rows.select(needed)
         rows = self.plan.live(alias, rows)
         known = self._keys.get(alias)
         if known is not None and known.height and keys.height:
@@ -122,6 +135,24 @@ class DeltaJoin(Job):
             if dead.height:
                 rows = pl.concat([rows, dead.with_columns(pl.lit(False).alias(LIVE))], how="diagonal")
         return rows
+
+    def _pending(self, alias: str, rows: pl.DataFrame) -> pl.Expr:
+        """Whether each fetched row's last change (``_offset`` in its ``_bucket``) is at or past what this step
+        consumes of its bucket; unknown offsets and buckets the job does not track yet count as consumed."""
+        consumed = self._consumed.get(alias, {})
+        table = self.inputs[alias]
+        if not table.is_partitioned:
+            ends = np.full(table.bucket_num, np.iinfo(np.int64).max, dtype=np.int64)
+            for (_, bucket), offset in consumed.items():
+                ends[bucket] = offset
+            limit = pl.Series(ends).gather(rows.get_column("_bucket").cast(pl.UInt32))
+            return (pl.col("_offset") >= limit).fill_null(False)
+        table_of = pl.DataFrame({"__part": [k[0] for k in consumed], "_bucket": [k[1] for k in consumed],
+                                 "__consumed": list(consumed.values())},
+                                schema={"__part": pl.String, "_bucket": pl.Int32, "__consumed": pl.Int64})
+        keyed = pl.DataFrame({"__part": partition_names(table, rows), "_bucket": rows.get_column("_bucket")})
+        limit = keyed.join(table_of, on=["__part", "_bucket"], how="left", maintain_order="left")
+        return (pl.col("_offset") >= limit.get_column("__consumed")).fill_null(False)
 
     def _seeds(self, alias: str, changes: pl.DataFrame) -> pl.DataFrame:
         """The last image of each changed key in a batch of changelog records (a delete: not live).
@@ -186,6 +217,8 @@ class DeltaJoin(Job):
                         seeds[alias] = self._seeds(alias, changes)
                     del changes  # a step holds as little as it can at once: the records are in their seeds now
                 if seeds:
+                    self._consumed = {a: {**self.checkpoint.offsets[a],
+                                          **{k: end for k, (_, end) in ranges.get(a, {}).items()}} for a in self.inputs}
                     ups, dels = self._process(seeds)
                     seeds.clear()
                     # Fluss's own records (emit_per_input) re-emit -U/+U for every probed row, changed or not

@@ -31,12 +31,17 @@ from fluss_lake._utils.distinct import distinct
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.kv import _kernels, compactor, memtable_budget, row_gather  # type: ignore[attr-defined]
 
-__all__ = ["HASH_COLUMN", "INDEX_SUFFIX", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex", "index_path",
+__all__ = ["HASH_COLUMN", "INDEX_SUFFIX", "OFFSET_COLUMN", "TOMB_COLUMN", "KvStore", "Segment", "SegmentIndex", "index_path",
            "remove_segment_file", "save_index"]
 
 HASH_COLUMN = "__hash"
 TOMB_COLUMN = "__tomb"  # UInt8 on disk (1 = tombstone) so it maps to numpy without a copy
 TS_COLUMN = "__ts"  # Int64 commit time (epoch ms) of the after-image, for table.kv.ttl
+#: Int64 changelog offset of the record that wrote the row (its last change); null in segments written before
+#: offsets were kept. Lookups can return it (``with_offsets``): a delta join uses it to tell rows whose change it
+#: has not consumed yet.
+OFFSET_COLUMN = "__offset"
+_SYSTEM_VALUES = (TS_COLUMN, OFFSET_COLUMN)  # carried through merges with the rows, not part of the schema
 _FANOUT = 4
 _MIN_TIER_ROWS = 4096
 _MAX_SEGMENTS = 24
@@ -385,25 +390,36 @@ def _is_identity(order: np.ndarray, n: int | None = None) -> bool:
 
 
 def _segment_table(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray,
-                   ts: pa.ChunkedArray | pa.Array | None) -> pa.Table:
-    """The on-disk column layout: value columns, then hash, tombstone (UInt8) and, for tables with
-    ``table.kv.ttl``, commit time (other tables do not need it: 8 bytes per row less to write and merge)."""
+                   ts: pa.ChunkedArray | pa.Array | None, offsets: pa.ChunkedArray | pa.Array | None) -> pa.Table:
+    """The on-disk column layout: value columns, then hash, tombstone (UInt8), for tables with ``table.kv.ttl``
+    commit time (other tables do not need it: 8 bytes per row less to write and merge), then the changelog offset
+    of each row (null when unknown)."""
     table = (data.append_column(HASH_COLUMN, pa.array(hashes, pa.uint64()))
              .append_column(TOMB_COLUMN, pa.array(tomb.view(np.uint8), pa.uint8())))
-    return table if ts is None else table.append_column(TS_COLUMN, ts)
+    if ts is not None:
+        table = table.append_column(TS_COLUMN, ts)
+    return table.append_column(OFFSET_COLUMN, offsets if offsets is not None else pa.nulls(len(hashes), pa.int64()))
+
+
+def _split_system(table: pa.Table) -> tuple[pa.Table, pa.ChunkedArray | None, pa.ChunkedArray | None]:
+    """(value columns, commit times or None, changelog offsets or None) of merged rows."""
+    present = [c for c in _SYSTEM_VALUES if c in table.column_names]
+    columns = {c: table.column(c) for c in present}
+    data = table.drop_columns(present) if present else table
+    return data, columns.get(TS_COLUMN), columns.get(OFFSET_COLUMN)
 
 
 def _memory_segment(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray,
-                    ts: pa.ChunkedArray | pa.Array | None) -> Segment:
+                    ts: pa.ChunkedArray | pa.Array | None, offsets: pa.ChunkedArray | pa.Array | None) -> Segment:
     """A memtable segment (sorted by hash) built straight from Arrow columns."""
-    table = _segment_table(data, hashes, tomb, ts).combine_chunks()
+    table = _segment_table(data, hashes, tomb, ts, offsets).combine_chunks()
     return Segment(f"mem-{uuid.uuid4().hex}", None, table, hashes, tomb.view(np.bool_), table.num_rows)
 
 
 def _write_spilled(directory: str, tables: list[pa.Table], selected: np.ndarray, hashes: np.ndarray,
                    tomb: np.ndarray) -> Segment:
-    """Write rows `selected` of the stacked `tables` (value columns, then commit time if they have it) as a segment,
-    one column at a time.
+    """Write rows `selected` of the stacked `tables` (value columns, then the system values they have: commit time,
+    changelog offset) as a segment, one column at a time.
 
     Each column is taken, written to a temporary file and mapped back, so the process holds one merged column at
     a time instead of the whole merged table (the mapped pages are file cache the OS can drop); the segment file
@@ -411,12 +427,12 @@ def _write_spilled(directory: str, tables: list[pa.Table], selected: np.ndarray,
     """
     os.makedirs(directory, exist_ok=True)
     source, row = _merge_positions(tables, selected)
-    names = [name for name in tables[0].column_names if name != TS_COLUMN]
-    timed = TS_COLUMN in tables[0].column_names
+    names = [name for name in tables[0].column_names if name not in _SYSTEM_VALUES]
+    extras = [name for name in _SYSTEM_VALUES if name in tables[0].column_names]
     spills: list[str] = []
     mapped: list[pa.ChunkedArray] = []
     try:
-        for name in [*names, TS_COLUMN] if timed else names:
+        for name in [*names, *extras]:
             column = pa.table({name: _take_column(tables, name, source, row)})
             path = os.path.join(directory, f".tmp-spill-{uuid.uuid4().hex}.arrow")
             spills.append(path)
@@ -424,8 +440,8 @@ def _write_spilled(directory: str, tables: list[pa.Table], selected: np.ndarray,
                 writer.write_table(column, max_chunksize=max(len(selected), 1))
             del column
             mapped.append(pa.ipc.open_file(pa.memory_map(path)).read_all().column(0))
-        data = pa.table(mapped[:len(names)], names=names)
-        return write_segment(directory, _segment_table(data, hashes, tomb, mapped[-1] if timed else None))
+        data, ts, offsets = _split_system(pa.table(mapped, names=[*names, *extras]))
+        return write_segment(directory, _segment_table(data, hashes, tomb, ts, offsets))
     finally:
         for path in spills:
             os.unlink(path)  # a mapping stays valid after its file is unlinked
@@ -603,10 +619,13 @@ class KvStore:
         frame = frame.vstack(pl.DataFrame(schema=self.schema).clear(1)).rechunk() if k < n else frame
         return frame[order]
 
-    def lookup(self, hashes: np.ndarray, keys: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame]:
+    def lookup(self, hashes: np.ndarray, keys: pl.DataFrame, *,
+               with_offsets: bool = False) -> tuple[np.ndarray, pl.DataFrame]:
         """Current rows for keys (with their index hashes): (found mask, aligned rows, nulls where absent).
 
-        Hash collisions between distinct keys are resolved by comparing the key columns (rare slow path).
+        Hash collisions between distinct keys are resolved by comparing the key columns (rare slow path). With
+        `with_offsets` the rows end with :data:`OFFSET_COLUMN`, the changelog offset of each row's last change
+        (null where absent or unknown).
         """
         n = len(hashes)
         seg_of, row_of, order = self._probe_all(hashes)
@@ -626,7 +645,26 @@ class KvStore:
             rows = self._align(stacked, positions, n, absent=~found[positions])
         if mismatch.size:
             found, rows = self._slow_lookup(hashes, keys, found, rows, mismatch)
+        if with_offsets:
+            known = found.copy()
+            known[mismatch] = False  # resolved by the slow path: offset unknown
+            rows = rows.with_columns(self._offsets_at(seg_of, row_of, known))
         return found, rows
+
+    def _offsets_at(self, seg_of: np.ndarray, row_of: np.ndarray, known: np.ndarray) -> pl.Series:
+        """The changelog offsets of the rows at (segment, row) where `known` (null elsewhere, and for rows of
+        segments written before offsets were kept); one take per segment involved."""
+        values = np.zeros(len(seg_of), dtype=np.int64)
+        valid = np.zeros(len(seg_of), dtype=bool)
+        for number in np.unique(seg_of[known]).tolist():
+            column = self.segments[number].columns().get(OFFSET_COLUMN)
+            if column is None:
+                continue
+            where = np.flatnonzero(known & (seg_of == number))
+            taken = column.take(pa.array(row_of[where]))
+            values[where] = taken.fill_null(0).to_numpy(zero_copy_only=False)
+            valid[where] = taken.is_valid().to_numpy(zero_copy_only=False)
+        return pl.Series(OFFSET_COLUMN, pa.array(values, mask=~valid))
 
     def _gather_found(self, seg_of: np.ndarray, row_of: np.ndarray, order: np.ndarray, involved: list[int],
                       keys: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame, np.ndarray]:
@@ -726,8 +764,9 @@ class KvStore:
             rows_list[i] = value if value is not None else {c: None for c in self.schema.names()}
         return found, pl.DataFrame(rows_list, schema=self.schema)
 
-    def range_rows(self, lo: np.ndarray, hi: np.ndarray) -> pl.DataFrame:
-        """Live rows whose hash lies in any ``[lo[i], hi[i])`` (prefix lookups), newest version of each key."""
+    def range_rows(self, lo: np.ndarray, hi: np.ndarray, *, with_offsets: bool = False) -> pl.DataFrame:
+        """Live rows whose hash lies in any ``[lo[i], hi[i])`` (prefix lookups), newest version of each key; with
+        `with_offsets`, then :data:`OFFSET_COLUMN` (as :meth:`lookup`)."""
         parts = []
         for rank, segment in enumerate(self.segments):
             if segment.rows == 0:
@@ -739,10 +778,17 @@ class KvStore:
                 continue
             idx = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
             taken = self._conform(segment.table.take(pa.array(idx)))
+            if with_offsets:
+                column = segment.columns().get(OFFSET_COLUMN)
+                offsets = column.take(pa.array(idx)) if column is not None else pa.nulls(len(idx), pa.int64())
+                taken = taken.with_columns(pl.Series(OFFSET_COLUMN, offsets))
             parts.append(taken.with_columns(pl.Series(TOMB_COLUMN, segment.tomb[idx]), pl.lit(rank).alias("__rank"),
                                             pl.Series("__probe", np.repeat(np.arange(len(lo)), lengths))))
         if not parts:
-            return pl.DataFrame(schema=self.schema).with_columns(pl.Series("__probe", [], dtype=pl.Int64))
+            empty = pl.DataFrame(schema=self.schema)
+            if with_offsets:
+                empty = empty.with_columns(pl.Series(OFFSET_COLUMN, [], dtype=pl.Int64))
+            return empty.with_columns(pl.Series("__probe", [], dtype=pl.Int64))
         if len(parts) == 1:  # one row per key in a segment: nothing to choose between
             merged = parts[0]
         else:  # parts are newest first: the first row of a (key, probe) is its newest version
@@ -784,8 +830,9 @@ class KvStore:
 
     # ---------------------------------------------------------------- writes
     def apply(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray, commit_ts: np.ndarray | int, *,
-              order: np.ndarray | None = None) -> None:
-        """Add after-images (one per key, `deleted` marks tombstones, committed at `commit_ts`) as a new segment.
+              order: np.ndarray | None = None, offsets: np.ndarray | None = None) -> None:
+        """Add after-images (one per key, `deleted` marks tombstones, committed at `commit_ts`, written by the
+        changelog records at `offsets`) as a new segment.
 
         `order` may pass ``argsort(hashes)`` when the caller already has it (saves a sort). Then the memtable
         is flushed if it is full, and the process memtable budget is enforced (which may flush other stores).
@@ -793,11 +840,12 @@ class KvStore:
         if rows.height == 0:
             return
         with self.lock:
-            self._add_to_memtable(hashes, rows, deleted, commit_ts, order)
+            self._add_to_memtable(hashes, rows, deleted, commit_ts, order, offsets)
             memtable_budget.enforce(self)
 
     def _add_to_memtable(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray,
-                         commit_ts: np.ndarray | int, order: np.ndarray | None) -> None:
+                         commit_ts: np.ndarray | int, order: np.ndarray | None,
+                         offsets: np.ndarray | None = None) -> None:
         """:meth:`apply` without the budget: a new memtable segment, then a flush or in-memory merges."""
         if order is None:
             order = np.argsort(hashes, kind="stable")
@@ -809,9 +857,12 @@ class KvStore:
         if not _is_identity(order):
             data = data.take(pa.array(order))
             ts = None if ts is None else ts[order]
+            offsets = None if offsets is None else offsets[order]
         sorted_hashes = np.ascontiguousarray(hashes[order], dtype=np.uint64)
         tomb = np.ascontiguousarray(np.asarray(deleted, dtype=bool)[order]).view(np.uint8)
-        self.segments.insert(0, _memory_segment(data, sorted_hashes, tomb, None if ts is None else pa.array(ts, pa.int64())))
+        self.segments.insert(0, _memory_segment(data, sorted_hashes, tomb,
+                                                None if ts is None else pa.array(ts, pa.int64()),
+                                                None if offsets is None else pa.array(offsets, pa.int64())))
         self._account()
         memtable = self._memtable_size()
         if memtable >= MEMTABLE_BATCHES or sum(s.rows for s in self.segments[:memtable]) >= MEMTABLE_ROWS:
@@ -908,8 +959,8 @@ class KvStore:
         return None
 
     def _data_table(self, segment: Segment) -> pa.Table:
-        """A segment's value columns in the current schema, then commit time where ``table.kv.ttl`` needs it (arrow,
-        no copy when the segment already has the current columns)."""
+        """A segment's value columns in the current schema, then commit time where ``table.kv.ttl`` needs it, then
+        the changelog offsets (arrow, no copy when the segment already has the current columns)."""
         table = segment.table
         names = self.schema.names()
         present = set(table.column_names)
@@ -918,10 +969,11 @@ class KvStore:
         else:  # columns added after the segment was written read as null
             data = pa.table([table.column(n) if n in present else pa.nulls(table.num_rows, _arrow_type(dtype))
                              for n, dtype in self.schema.items()], names=names)
-        if self.ttl_ms <= 0:
-            return data
-        ts = table.column(TS_COLUMN) if TS_COLUMN in present else pa.nulls(table.num_rows, pa.int64())
-        return data.append_column(TS_COLUMN, ts.cast(pa.int64()))
+        if self.ttl_ms > 0:
+            ts = table.column(TS_COLUMN) if TS_COLUMN in present else pa.nulls(table.num_rows, pa.int64())
+            data = data.append_column(TS_COLUMN, ts.cast(pa.int64()))
+        offsets = table.column(OFFSET_COLUMN) if OFFSET_COLUMN in present else pa.nulls(table.num_rows, pa.int64())
+        return data.append_column(OFFSET_COLUMN, offsets)
 
     def _merge(self, i: int, j: int, *, in_memory: bool = False) -> None:
         """Merge segments [i, j) (newest first) into one; tombstones dropped when nothing older remains."""
@@ -975,13 +1027,11 @@ class KvStore:
                 segment = _write_spilled(self.directory, tables, selected, segment_hashes, tomb)
             else:
                 merged = _take_merged(tables, selected) if not _is_identity(selected, combined.num_rows) else combined
-                timed = TS_COLUMN in merged.column_names
-                ts = merged.column(TS_COLUMN) if timed else None
-                data = merged.drop_columns([TS_COLUMN]) if timed else merged
+                data, ts, offsets = _split_system(merged)
                 if in_memory:
-                    segment = _memory_segment(data, segment_hashes, tomb, ts)
+                    segment = _memory_segment(data, segment_hashes, tomb, ts, offsets)
                 else:
-                    segment = write_segment(self.directory, _segment_table(data, segment_hashes, tomb, ts))
+                    segment = write_segment(self.directory, _segment_table(data, segment_hashes, tomb, ts, offsets))
         return segment
 
     def compact_all(self) -> None:

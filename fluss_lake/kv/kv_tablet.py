@@ -25,8 +25,8 @@ from fluss_lake.exceptions import CommitConflictError, CorruptDataError
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.kv.key_index import index_hashes
-from fluss_lake.kv.kv_store import (INDEX_SUFFIX, TS_COLUMN, KvStore, Segment, index_path, remove_segment_file,
-                                    save_index)
+from fluss_lake.kv.kv_store import (INDEX_SUFFIX, OFFSET_COLUMN, TS_COLUMN, KvStore, Segment, index_path,
+                                    remove_segment_file, save_index)
 from fluss_lake.kv.merge.row_merger import (EMIT_DELETE, EMIT_INSERT, EMIT_NOTHING, EMIT_UPDATE, MergeRound,
                                             RowMerger)
 from fluss_lake.kv.row_gather import take_rows
@@ -141,7 +141,10 @@ class KvTablet:
             for batch in self.log.read(self.applied, end):
                 if batch.rows.num_rows:
                     frame = self._conform(pl.from_arrow(batch.rows))  # type: ignore[arg-type]
-                    frames.append(frame.with_columns(pl.lit(batch.header.commit_ts, pl.Int64).alias(TS_COLUMN)))
+                    base = batch.header.base_offset
+                    frames.append(frame.with_columns(
+                        pl.lit(batch.header.commit_ts, pl.Int64).alias(TS_COLUMN),
+                        pl.Series(OFFSET_COLUMN, np.arange(base, base + batch.rows.num_rows, dtype=np.int64))))
                     rows += batch.rows.num_rows
                 if rows >= _REPLAY_CHUNK_ROWS:
                     self._apply_changelog(pl.concat(frames, how="vertical_relaxed"))
@@ -164,7 +167,8 @@ class KvTablet:
         last = distinct(images, list(self.primary_key), keep="last")
         hashes = index_hashes(last, self.primary_key, self.prefix_key)
         deleted = (last.get_column(CHANGE_TYPE_COLUMN) == DELETE).to_numpy()
-        self.kv.apply(hashes, last.drop(CHANGE_TYPE_COLUMN, TS_COLUMN), deleted, last.get_column(TS_COLUMN).to_numpy())
+        self.kv.apply(hashes, last.drop(CHANGE_TYPE_COLUMN, TS_COLUMN, OFFSET_COLUMN), deleted,
+                      last.get_column(TS_COLUMN).to_numpy(), offsets=last.get_column(OFFSET_COLUMN).to_numpy())
 
     # ------------------------------------------------------------ writes
 
@@ -197,7 +201,8 @@ class KvTablet:
             data = encode_batch(rows=changelog, base_offset=base, commit_ts=commit_ts, schema_id=self.schema_id,
                                 writer_id=writer_id, batch_seq=batch_seq, compression=codec, compression_level=level)
             if self.log.try_append(base, data, header):
-                self.kv.apply(*final, commit_ts, order=order)
+                final_hashes, final_rows, final_deleted, positions = final
+                self.kv.apply(final_hashes, final_rows, final_deleted, commit_ts, order=order, offsets=base + positions)
                 self.applied = header.next_offset
                 if self.applied - max(self.last_snapshot, 0) >= self.snapshot_every or self._snapshot_due():
                     self.snapshot()
@@ -218,11 +223,11 @@ class KvTablet:
         return self.compression, self.compression_level
 
     def _merge(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
-               image: ChangeImage, skip_unchanged: bool = False) -> tuple[pl.DataFrame | pa.Table, tuple[np.ndarray, pl.DataFrame, np.ndarray],
+               image: ChangeImage, skip_unchanged: bool = False) -> tuple[pl.DataFrame | pa.Table, tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray],
                                             np.ndarray | None]:
         """The changelog of a batch (rounds of unique keys merged in write order, see row_merger), the
-        final image of every key it changed: (index hashes, rows, deleted mask), and the hash order of that
-        final image when it is known (else None)."""
+        final image of every key it changed: (index hashes, rows, deleted mask, position of the key's last record
+        in the changelog), and the hash order of that final image when it is known (else None)."""
         order = np.argsort(hashes)  # not a stable sort: its order is used only when the hashes are all distinct
         sorted_hashes = hashes[order]
         if len(hashes) and not (sorted_hashes[1:] == sorted_hashes[:-1]).any():  # distinct hashes: every key once, one round
@@ -232,7 +237,7 @@ class KvTablet:
 
     def _merge_distinct(self, batch: pl.DataFrame, hashes: np.ndarray, order: np.ndarray, is_delete: np.ndarray,
                         merger: RowMerger, image: ChangeImage, skip_unchanged: bool = False
-                        ) -> tuple[pl.DataFrame | pa.Table, tuple[np.ndarray, pl.DataFrame, np.ndarray],
+                        ) -> tuple[pl.DataFrame | pa.Table, tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray],
                                    np.ndarray | None]:
         """:meth:`_merge` for a batch whose keys are all distinct (the common case): one merge round, and the
         changelog is gathered in one take (-U of a row right before its +U, rows in batch order)."""
@@ -247,12 +252,14 @@ class KvTablet:
         after = (emit == EMIT_INSERT) | (emit == EMIT_UPDATE)
         touched = emit != 0
         after_rows = outcome.after.with_columns(batch.select(self.primary_key))  # keys as written
+        counts = before.astype(np.int64) + after
+        last = np.cumsum(counts) - 1  # changelog position of each changed row's last record (its final change)
         if touched.all():
-            final = (hashes, after_rows, ~after_exists)
+            final = (hashes, after_rows, ~after_exists, last)
             final_order: np.ndarray | None = order
         else:
             changed = np.flatnonzero(touched)
-            final = (hashes[changed], after_rows[changed], ~after_exists[changed])
+            final = (hashes[changed], after_rows[changed], ~after_exists[changed], last[changed])
             final_order = None
         insert_type = UPDATE_AFTER if image.inserts_as_updates else INSERT
         after_types = np.where(emit == EMIT_INSERT, insert_type, UPDATE_AFTER).astype(np.int8)
@@ -263,8 +270,7 @@ class KvTablet:
                 body = outcome.after[np.flatnonzero(after)]
                 after_types = after_types[after]
             return body.select(pl.Series(CHANGE_TYPE_COLUMN, after_types, dtype=pl.Int8), pl.all()), final, final_order
-        counts = before.astype(np.int64) + after
-        slot = np.cumsum(counts) - counts  # first changelog position of each batch row
+        slot = last + 1 - counts  # first changelog position of each batch row
         total = int(counts.sum())
         source = np.empty(total, dtype=np.int64)  # row of concat([current, after]) behind each record
         types = np.empty(total, dtype=np.int8)
@@ -284,7 +290,7 @@ class KvTablet:
         return changelog, final, final_order
 
     def _merge_rounds(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
-                      image: ChangeImage, skip_unchanged: bool = False) -> tuple[pl.DataFrame, tuple[np.ndarray, pl.DataFrame, np.ndarray]]:
+                      image: ChangeImage, skip_unchanged: bool = False) -> tuple[pl.DataFrame, tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray]]:
         """:meth:`_merge` for a batch that may touch a key several times: rounds of distinct keys."""
         key_id, first = _key_ids(batch, hashes, self.primary_key)
         occurrence = _occurrence(key_id)
@@ -314,11 +320,14 @@ class KvTablet:
             exists[keys] = outcome.after_exists.to_numpy()
         changed = np.flatnonzero(touched)
         keys_of_changed = batch[first[changed]].select(self.primary_key)
-        final = (hashes[first][changed], store[position[changed]].with_columns(keys_of_changed), ~exists[changed])
         rows, types, seq, sub = (np.concatenate(parts) for parts in zip(*records)) if records else ([],) * 4
+        order = np.lexsort((sub, seq)) if len(rows) else np.empty(0, dtype=np.int64)
+        last = np.full(len(first), -1, dtype=np.int64)  # changelog position of each key's last record
+        np.maximum.at(last, key_id[np.asarray(seq, dtype=np.int64)[order]], np.arange(len(order), dtype=np.int64))
+        final = (hashes[first][changed], store[position[changed]].with_columns(keys_of_changed), ~exists[changed],
+                 last[changed])
         if len(rows) == 0:
             return pl.DataFrame(schema={CHANGE_TYPE_COLUMN: pl.Int8, **dict(self.schema)}), final
-        order = np.lexsort((sub, seq))
         changelog = store[rows[order]].select(pl.Series(CHANGE_TYPE_COLUMN, types[order], dtype=pl.Int8), pl.all())
         return changelog, final
 

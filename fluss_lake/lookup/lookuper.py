@@ -16,6 +16,7 @@ import polars as pl
 from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError, UnsupportedOperationError
 from fluss_lake.kv.key_index import index_hashes, prefix_ranges
+from fluss_lake.kv.kv_store import OFFSET_COLUMN
 from fluss_lake.lookup import point_key
 from fluss_lake.write.batching_writer import split_by_bucket
 from fluss_lake.write.validate import conform, to_frame
@@ -54,6 +55,16 @@ def _with_keys(rows: pl.DataFrame, keys: pl.DataFrame, found: np.ndarray | None)
     if found is not None:
         columns.append(pl.Series("_found", found))
     return pl.DataFrame(columns)
+
+
+#: System columns a lookup adds with ``with_offsets=True``.
+_OFFSET_SCHEMA = {"_bucket": pl.Int32, "_offset": pl.Int64}
+
+
+def _with_offsets(rows: pl.DataFrame, bucket: int) -> pl.DataFrame:
+    """Rows of one bucket with the store's offset column as ``_bucket``, ``_offset`` (last)."""
+    offsets = rows.get_column(OFFSET_COLUMN).alias("_offset")
+    return rows.drop(OFFSET_COLUMN).with_columns(pl.lit(bucket, pl.Int32).alias("_bucket"), offsets)
 
 
 def _buckets(table: Table, keys: pl.DataFrame) -> np.ndarray:
@@ -108,23 +119,27 @@ class Lookuper:
         self.table = table
         self._plan: _PointPlan | None = None
 
-    def lookup(self, keys: Any, *, with_found: bool = False) -> pl.DataFrame:
+    def lookup(self, keys: Any, *, with_found: bool = False, with_offsets: bool = False) -> pl.DataFrame:
         """Rows for `keys` (aligned with them; value columns null where the key is absent).
 
-        With `with_found`, a Boolean ``_found`` column tells absent keys from rows whose values are null.
+        With `with_found`, a Boolean ``_found`` column tells absent keys from rows whose values are null. With
+        `with_offsets`, ``_bucket`` and ``_offset`` columns (last) give each row's bucket and the changelog offset
+        of its last change (null where the key is absent, or for rows stored before offsets were kept): a row
+        whose offset a changelog reader has not reached yet is a change that reader will still see.
         """
         table = self.table
         pk = table.schema.primary_key
         frame = _key_frame(table, keys, pk)
         if table._is_partitioned_parent():
-            return self._lookup_partitioned(frame, with_found)
+            return self._lookup_partitioned(frame, with_found, with_offsets)
         if table.info.bucket_num == 1:  # the common single-bucket case: no split, already in key order
             tablet = table.kv_tablet(0)
             hashes = index_hashes(frame, pk, table.prefix_key)
             with tablet.lock:
                 tablet.catch_up()
-                found, rows = tablet.kv.lookup(hashes, frame)
-            return _with_keys(rows, frame, found if with_found else None)
+                found, rows = tablet.kv.lookup(hashes, frame, with_offsets=with_offsets)
+            out = _with_keys(rows, frame, found if with_found else None)
+            return _with_offsets(out, 0) if with_offsets else out
         n = frame.height
         results: list[pl.DataFrame] = []
         positions: list[np.ndarray] = []
@@ -135,11 +150,13 @@ class Lookuper:
             hashes = index_hashes(keys_part, pk, table.prefix_key)
             with tablet.lock:
                 tablet.catch_up()
-                found, rows = tablet.kv.lookup(hashes, keys_part)
-            results.append(_with_keys(rows, keys_part, found))
+                found, rows = tablet.kv.lookup(hashes, keys_part, with_offsets=with_offsets)
+            part = _with_keys(rows, keys_part, found)
+            results.append(_with_offsets(part, bucket) if with_offsets else part)
             positions.append(np.arange(n) if where is None else where)
         if not results:
-            out = pl.DataFrame(schema={**table.schema.polars_schema, "_found": pl.Boolean})
+            out = pl.DataFrame(schema={**table.schema.polars_schema, "_found": pl.Boolean,
+                                       **(_OFFSET_SCHEMA if with_offsets else {})})
         elif len(results) == 1:  # one bucket: already in key order
             out = results[0]
         else:
@@ -148,21 +165,23 @@ class Lookuper:
             out = stacked[order]
         return out if with_found else out.drop("_found")
 
-    def _lookup_partitioned(self, frame: pl.DataFrame, with_found: bool) -> pl.DataFrame:
+    def _lookup_partitioned(self, frame: pl.DataFrame, with_found: bool, with_offsets: bool) -> pl.DataFrame:
         """Keys of a partitioned table: each partition's keys looked up in that partition, then put back in order."""
         table = self.table
         results, positions = [], []
+        system = _OFFSET_SCHEMA if with_offsets else {}
         for handle, keys, pos in _by_partition(table, frame):
             if handle is None:  # the partition does not exist: no key of it is present
                 rows = keys.with_columns([pl.lit(None, dtype=dt).alias(c) for c, dt in table.schema.polars_schema.items()
                                           if c not in keys.columns]).select(table.schema.names)
-                rows = rows.with_columns(pl.lit(False).alias("_found"))
+                rows = rows.with_columns(pl.lit(False).alias("_found"),
+                                         *[pl.lit(None, dtype=dt).alias(c) for c, dt in system.items()])
             else:
-                rows = handle.new_lookup().lookup(keys, with_found=True)
+                rows = handle.new_lookup().lookup(keys, with_found=True, with_offsets=with_offsets)
             results.append(rows)
             positions.append(pos)
         if not results:
-            out = pl.DataFrame(schema={**table.schema.polars_schema, "_found": pl.Boolean})
+            out = pl.DataFrame(schema={**table.schema.polars_schema, "_found": pl.Boolean, **system})
         else:
             out = pl.concat(results, how="vertical")[np.argsort(np.concatenate(positions), kind="stable")]
         return out if with_found else out.drop("_found")
@@ -253,18 +272,20 @@ class PrefixLookuper:
         self.prefix = prefix
         self.columns = wanted
 
-    def lookup(self, keys: Any) -> pl.DataFrame:
-        """All rows whose prefix equals one of `keys`, grouped in key order (a ``_key_index`` column says which)."""
+    def lookup(self, keys: Any, *, with_offsets: bool = False) -> pl.DataFrame:
+        """All rows whose prefix equals one of `keys`, grouped in key order (a ``_key_index`` column says which);
+        `with_offsets` adds ``_bucket`` and ``_offset`` as :meth:`Lookuper.lookup` does."""
         table = self.table
         frame = _key_frame(table, keys, self.columns)
+        empty = {**table.schema.polars_schema, "_key_index": pl.Int64, **(_OFFSET_SCHEMA if with_offsets else {})}
         if table._is_partitioned_parent():
             parts = []
             for handle, part_keys, pos in _by_partition(table, frame):
                 if handle is not None:
-                    rows = handle.new_prefix_lookup().lookup(part_keys.select(self.prefix))
+                    rows = handle.new_prefix_lookup().lookup(part_keys.select(self.prefix), with_offsets=with_offsets)
                     parts.append(rows.with_columns(pl.Series("_key_index", pos)[rows.get_column("_key_index")]))
             if not parts:
-                return pl.DataFrame(schema={**table.schema.polars_schema, "_key_index": pl.Int64})
+                return pl.DataFrame(schema=empty)
             return pl.concat(parts, how="vertical").sort("_key_index", maintain_order=True)
         indexed = frame.with_columns(pl.Series("__pos", np.arange(frame.height)))
         parts = []
@@ -274,15 +295,18 @@ class PrefixLookuper:
             lo, hi = prefix_ranges(probe, self.prefix)
             with tablet.lock:
                 tablet.catch_up()
-                rows = tablet.kv.range_rows(lo, hi)
+                rows = tablet.kv.range_rows(lo, hi, with_offsets=with_offsets)
             if rows.height == 0:
                 continue
+            if with_offsets:
+                rows = _with_offsets(rows, bucket)
             probe_pos = part.get_column("__pos").to_numpy()[rows.get_column("__probe").to_numpy()]
             expected = probe[rows.get_column("__probe").to_numpy()]
             same = np.ones(rows.height, dtype=bool)
             for column in self.prefix:  # 32-bit prefix hashes may collide: compare the real values
                 same &= (rows.get_column(column) == expected.get_column(column)).fill_null(False).to_numpy()
-            parts.append(rows.drop("__probe").with_columns(pl.Series("_key_index", probe_pos)).filter(pl.Series(same)))
+            rows = rows.drop("__probe").with_columns(pl.Series("_key_index", probe_pos)).filter(pl.Series(same))
+            parts.append(rows.select(list(empty)))
         if not parts:
-            return pl.DataFrame(schema={**table.schema.polars_schema, "_key_index": pl.Int64})
+            return pl.DataFrame(schema=empty)
         return pl.concat(parts, how="vertical").sort("_key_index", maintain_order=True)
