@@ -22,11 +22,15 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from fluss_lake._utils import arrow_pool
+from fluss_lake._utils.arrow_pool import pool
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.kv import _kernels, compactor, memtable_budget, row_gather  # type: ignore[attr-defined]
@@ -313,9 +317,14 @@ def _point_reader(array: pa.Array) -> Callable[[int], object]:
     return lambda pos: array[pos].as_py()
 
 
+def _take(data: Any, indices: np.ndarray | pa.Array) -> Any:
+    """Arrow's ``take`` (of a table, chunked array or array) into fluss-lake's pool (:mod:`arrow_pool`)."""
+    return pc.take(data, indices if isinstance(indices, pa.Array) else pa.array(indices), memory_pool=pool())
+
+
 def _single_chunk(column: pa.ChunkedArray) -> pa.Array:
     """The column as one array, without a copy when it already is one chunk (segments are written so)."""
-    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks(memory_pool=pool())
 
 
 def _similar(rows: Sequence[int]) -> bool:
@@ -412,7 +421,7 @@ def _split_system(table: pa.Table) -> tuple[pa.Table, pa.ChunkedArray | None, pa
 def _memory_segment(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray,
                     ts: pa.ChunkedArray | pa.Array | None, offsets: pa.ChunkedArray | pa.Array | None) -> Segment:
     """A memtable segment (sorted by hash) built straight from Arrow columns."""
-    table = _segment_table(data, hashes, tomb, ts, offsets).combine_chunks()
+    table = _segment_table(data, hashes, tomb, ts, offsets).combine_chunks(memory_pool=pool())
     return Segment(f"mem-{uuid.uuid4().hex}", None, table, hashes, tomb.view(np.bool_), table.num_rows)
 
 
@@ -453,7 +462,7 @@ def write_segment(directory: str, frame: pl.DataFrame | pa.Table, *, fsync: bool
     name = f"seg-{uuid.uuid4().hex}.arrow"
     path = os.path.join(directory, name)
     tmp = os.path.join(directory, f".tmp-{name}")
-    table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame.combine_chunks()
+    table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame.combine_chunks(memory_pool=pool())
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))
     if fsync:
@@ -596,8 +605,9 @@ class KvStore:
             segment = self.segments[index]
             tomb[where] = segment.tomb[rows]
             present = set(segment.table.column_names)
-            parts.append(segment.table.select([c for c in names if c in present]).take(rows))
-        stacked = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
+            parts.append(_take(segment.table.select([c for c in names if c in present]), rows))
+        stacked = (pa.concat_tables(parts, promote_options="default", memory_pool=pool()) if len(parts) > 1
+                   else parts[0])
         positions = np.concatenate([where for _, where, _ in groups]) if len(groups) > 1 else groups[0][1]
         return tomb, stacked, positions
 
@@ -611,7 +621,7 @@ class KvStore:
             positions = positions[~absent]
             stacked = stacked.filter(pa.array(~absent))
         k = len(positions)
-        frame = self._conform(stacked.combine_chunks() if stacked.column(0).num_chunks > 1 else stacked)
+        frame = self._conform(stacked.combine_chunks(memory_pool=pool()) if stacked.column(0).num_chunks > 1 else stacked)
         if k == n and (n == 1 or bool((positions[1:] > positions[:-1]).all())):
             return frame  # every query hit, already in query order
         order = np.full(n, k, dtype=np.intp)  # row k: the all-null row
@@ -661,7 +671,7 @@ class KvStore:
             if column is None:
                 continue
             where = np.flatnonzero(known & (seg_of == number))
-            taken = column.take(pa.array(row_of[where]))
+            taken = _take(column, row_of[where])
             values[where] = taken.fill_null(0).to_numpy(zero_copy_only=False)
             valid[where] = taken.is_valid().to_numpy(zero_copy_only=False)
         return pl.Series(OFFSET_COLUMN, pa.array(values, mask=~valid))
@@ -691,7 +701,7 @@ class KvStore:
         else:
             same = np.ones(n, dtype=bool)
             for number, where, rows in self._groups(seg_of, row_of):
-                same[where] = _stacked_keys_equal(segments[number].table.select(list(pk)).take(rows), keys, where, pk)
+                same[where] = _stacked_keys_equal(_take(segments[number].table.select(list(pk)), rows), keys, where, pk)
         mismatch = np.flatnonzero(hit & ~same)
         found = hit & same & ~tomb
         all_found = bool(found.all())
@@ -714,14 +724,14 @@ class KvStore:
                 continue
             if kept is None:
                 kept = self._groups(live, row_of)
-            parts = [segments[i].columns()[name].take(rows) for i, _, rows in kept]
-            stacked = pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+            parts = [_take(segments[i].columns()[name], rows) for i, _, rows in kept]
+            stacked = pa.concat_arrays(parts, memory_pool=pool()) if len(parts) > 1 else parts[0]
             if arrow_order is None:
                 positions = np.concatenate([where for _, where, _ in kept]) if len(kept) > 1 else kept[0][1]
                 index_of = np.zeros(n, dtype=np.intp)
                 index_of[positions] = np.arange(len(positions))
                 arrow_order = pa.array(index_of, mask=absent)
-            series.append(pl.Series(name, stacked.take(arrow_order)))
+            series.append(pl.Series(name, _take(stacked, arrow_order)))
         return found, pl.DataFrame(series), mismatch
 
     def _integer_keys(self, keys: pl.DataFrame, involved: list[int]) -> dict[str, np.ndarray] | None:
@@ -777,10 +787,10 @@ class KvStore:
             if lengths.sum() == 0:
                 continue
             idx = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
-            taken = self._conform(segment.table.take(pa.array(idx)))
+            taken = self._conform(_take(segment.table, idx))
             if with_offsets:
                 column = segment.columns().get(OFFSET_COLUMN)
-                offsets = column.take(pa.array(idx)) if column is not None else pa.nulls(len(idx), pa.int64())
+                offsets = _take(column, idx) if column is not None else pa.nulls(len(idx), pa.int64())
                 taken = taken.with_columns(pl.Series(OFFSET_COLUMN, offsets))
             parts.append(taken.with_columns(pl.Series(TOMB_COLUMN, segment.tomb[idx]), pl.lit(rank).alias("__rank"),
                                             pl.Series("__probe", np.repeat(np.arange(len(lo)), lengths))))
@@ -855,7 +865,7 @@ class KvStore:
             ts[:] = commit_ts
         data = rows.select(self.schema.names()).to_arrow()
         if not _is_identity(order):
-            data = data.take(pa.array(order))
+            data = _take(data, order)
             ts = None if ts is None else ts[order]
             offsets = None if offsets is None else offsets[order]
         sorted_hashes = np.ascontiguousarray(hashes[order], dtype=np.uint64)
@@ -987,7 +997,7 @@ class KvStore:
         self.segments[i:j] = replacement
         self._account()
         if not in_memory:  # the merge's working copies are freed: hand their pages back to the OS
-            pa.default_memory_pool().release_unused()
+            arrow_pool.release_unused()
 
     def _merged(self, run: list[Segment], *, bottom: bool, in_memory: bool) -> Segment | None:
         """One segment holding the newest version of every key of `run` (newest first), or None when nothing
@@ -997,7 +1007,8 @@ class KvStore:
         segment: Segment | None = None
         if chosen:
             tables = [self._data_table(s) for s in chosen]
-            combined = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+            combined = (pa.concat_tables(tables, promote_options="default", memory_pool=pool()) if len(tables) > 1
+                        else tables[0])
             order, sorted_hashes = _merge_order([s.hashes for s in chosen])  # newest version of a key first
             repeat = np.r_[False, sorted_hashes[1:] == sorted_hashes[:-1]]
             keep = ~repeat

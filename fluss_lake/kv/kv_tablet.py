@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from fluss_lake._utils.arrow_pool import pool
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.exceptions import CommitConflictError, CorruptDataError
 from fluss_lake.io.files import fsync_file, unlink_quietly
@@ -285,7 +286,7 @@ class KvTablet:
         side = (source >= n).astype(np.int64)
         row = source - n * side
         names = sides[0].column_names
-        columns = [take_rows([t.column(c).combine_chunks() for t in sides], side, row) for c in names]
+        columns = [take_rows([t.column(c).combine_chunks(memory_pool=pool()) for t in sides], side, row) for c in names]
         changelog = pa.table([pa.array(types, pa.int8()), *columns], names=[CHANGE_TYPE_COLUMN, *names])
         return changelog, final, final_order
 

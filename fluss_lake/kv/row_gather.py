@@ -11,7 +11,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from fluss_lake._utils.arrow_pool import pool
 from fluss_lake.kv import _kernels  # type: ignore[attr-defined]
 
 __all__ = ["gather_column", "gather_numpy", "take_rows"]
@@ -114,4 +116,5 @@ def take_rows(columns: Sequence[pa.Array], source: np.ndarray, row: np.ndarray) 
     starts = np.zeros(len(columns), dtype=np.int64)
     np.cumsum([len(c) for c in columns[:-1]], out=starts[1:])
     sources = [c if c.type == kind else c.cast(kind) for c in columns]
-    return pa.chunked_array(sources, type=kind).take(pa.array(starts[source] + row)).combine_chunks()
+    taken = pc.take(pa.chunked_array(sources, type=kind), pa.array(starts[source] + row), memory_pool=pool())
+    return taken.combine_chunks(memory_pool=pool())

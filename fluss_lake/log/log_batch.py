@@ -15,6 +15,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from fluss_lake._utils.arrow_pool import pool
 from fluss_lake.exceptions import CorruptDataError
 
 __all__ = ["LogBatch", "CHANGE_TYPE_COLUMN", "encode_batch", "decode_batch", "decode_header", "BatchHeader",
@@ -134,7 +135,8 @@ def decode_header(source: pa.NativeFile | bytes) -> BatchHeader:
 def decode_batch(source: pa.NativeFile | bytes, columns: list[str] | None = None) -> LogBatch:
     """Header and rows; `columns` projects (the change type column is always kept if present)."""
     try:
-        reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source))
+        reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source),
+                                  memory_pool=pool())  # decompressed buffers: fluss-lake's pool
         header = _header_from_schema(reader.schema)
         table = reader.read_all()
     except pa.ArrowInvalid as exc:
