@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["DeltaJoin", "write_changes"]
 
 _MAX_RACE_ROUNDS = 50
+_DELETE_SLICE_ROWS = 262_144
 
 
 def write_changes(result: Table, upserts: pl.DataFrame, deletes: pl.DataFrame, *, skip_unchanged: bool = True) -> None:
@@ -166,17 +167,19 @@ class DeltaJoin(Job):
 
     # ------------------------------------------------------------ steps
     def _deleted_keys(self, alias: str, ranges: Mapping[tuple[str | None, int], tuple[int, int]]) -> pl.DataFrame:
-        """Keys with a delete record in the ranges (read in slices of ``batch_rows`` records; batches whose
-        header counts no delete are skipped unread).
+        """Keys with a delete record in the ranges (read in slices of at least ``_DELETE_SLICE_ROWS`` records, more
+        with bigger steps; batches whose header counts no delete are skipped unread, the others are read for their
+        key columns only).
 
         A row absent when probed was deleted, and its ``-D`` record lies after the checkpoint; joined rows it took
         part in are found through these keys even if its partner is gone too.
         """
         pk = self._pk(alias)
         parts = []
+        size = max(self.batch_rows, _DELETE_SLICE_ROWS)  # few reads of a long backlog, whatever the step size
         for bucket, (start, end) in ranges.items():
-            for lo in range(start, end, self.batch_rows):
-                rows = self._read(alias, {bucket: (lo, min(end, lo + self.batch_rows))}, pk, change_types=["-D"])
+            for lo in range(start, end, size):
+                rows = self._read(alias, {bucket: (lo, min(end, lo + size))}, pk, change_types=["-D"])
                 parts.append(rows.select(pk))
         schema = self.inputs[alias].schema.polars_schema
         return distinct(pl.concat(parts)) if parts else pl.DataFrame(schema={c: schema[c] for c in pk})
