@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import os
 import time
 from typing import Any
@@ -40,6 +41,8 @@ import numpy as np
 import polars as pl
 
 import fluss_lake as fl
+from fluss_lake.jobs import StatefulJoin
+from fluss_lake.jobs.delta_join import BATCH_ROWS as DELTA_BATCH_ROWS
 from fluss_lake.kv import compactor
 from bench._common import (
     Reporter,
@@ -57,8 +60,8 @@ from bench._common import (
 BENCH = "delta_join"
 FULL_ROWS = 1_000_000
 QUICK_ROWS = 20_000
-BATCH_ROWS = 100_000
 WRITE_ROWS = 100_000
+JOB_BATCH_ROWS = inspect.signature(StatefulJoin).parameters["batch_rows"].default
 
 
 def _setup(path: str, rows: int, seed: int = 7) -> None:
@@ -83,7 +86,8 @@ def _setup(path: str, rows: int, seed: int = 7) -> None:
     customers.snapshot()
 
 
-def _job(conn: fl.Connection, kind: str, result: str, batch_rows: int = BATCH_ROWS) -> Any:
+def _job(conn: fl.Connection, kind: str, result: str, batch_rows: int | None = None) -> Any:
+    """The delta or stateful join into `result`, at `batch_rows` (None: the job's own default)."""
     from fluss_lake.jobs import DeltaJoin, Join, StatefulJoin
 
     if not conn.table_exists(f"bench.{result}"):
@@ -91,9 +95,10 @@ def _job(conn: fl.Connection, kind: str, result: str, batch_rows: int = BATCH_RO
                                                      "note": "STRING", "name": "STRING", "tier": "INT"},
                           primary_key=["cid", "oid"], bucket_num=4, ignore_if_exists=True)
     cls = DeltaJoin if kind == "delta" else StatefulJoin
+    step = {} if batch_rows is None else {"batch_rows": batch_rows}
     return cls(conn.get_table(f"bench.{result}"), {"o": conn.get_table("bench.orders"),
                                                    "c": conn.get_table("bench.customers")},
-               [Join("o", "c", ["cid"], how="left")], name=result.replace("_", "-"), batch_rows=batch_rows)
+               [Join("o", "c", ["cid"], how="left")], name=result.replace("_", "-"), **step)
 
 
 def child_run(payload: dict) -> dict:
@@ -111,6 +116,7 @@ def child_run(payload: dict) -> dict:
     import pyarrow as pa
 
     return {"seconds": seconds, "peak_anon": sampler.peak, "state_bytes": job.state_bytes(), "result_rows": rows,
+            "batch_rows": job.batch_rows,
             "records": report.records_read, "upserts": report.rows_upserted,
             "changelog": sum(result.end_offsets().values()),
             "pool": pa.default_memory_pool().backend_name}
@@ -149,7 +155,7 @@ def child_restart(payload: dict) -> dict:
     return {"seconds": time.perf_counter() - start, "records": report.records_read}
 
 
-def _measure(path: str, rows: int, repeats: int, batch_rows: int) -> dict[str, dict[str, list[float]]]:
+def _measure(path: str, rows: int, repeats: int, batch_rows: int | None) -> dict[str, dict[str, list[float]]]:
     out: dict[str, dict[str, list[float]]] = {k: {} for k in ("delta", "stateful")}
     for r in range(repeats):
         for kind in ("delta", "stateful"):  # interleaved: ours, peer, ours, peer
@@ -162,15 +168,17 @@ def _measure(path: str, rows: int, repeats: int, batch_rows: int) -> dict[str, d
                                ("restart_s", restart["seconds"]), ("result_rows", run["result_rows"]),
                                ("upserts", run["upserts"])):
                 out[kind].setdefault(key, []).append(float(value))
-            log(f"  {kind} rows={rows:,} r{r}: {run['seconds']:.2f} s, peak RssAnon {fmt_size(run['peak_anon'])}, "
+            out[kind]["batch_rows"] = [float(run["batch_rows"])]
+            log(f"  {kind} rows={rows:,} r{r}: batch_rows {run['batch_rows']:,}, {run['seconds']:.2f} s, "
+                f"peak RssAnon {fmt_size(run['peak_anon'])}, "
                 f"state {fmt_size(run['state_bytes'])}, restart {restart['seconds']:.3f} s, Arrow pool {run['pool']}, "
                 f"result changelog {run['changelog']:,} records")
     return out
 
 
 def _options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batch-rows", type=int, default=BATCH_ROWS, help="batch_rows of both jobs (and of the "
-                        f"result writes of the floor child); default {BATCH_ROWS:,}")
+    parser.add_argument("--batch-rows", type=int, default=None, help="batch_rows of both jobs; default: each job's "
+                        f"own default (delta join {DELTA_BATCH_ROWS:,}, stateful join {JOB_BATCH_ROWS:,})")
     parser.add_argument("--arrow-pool", choices=("default", "jemalloc", "system", "mimalloc"), default="default",
                         help="Arrow memory pool of every child (ARROW_DEFAULT_MEMORY_POOL, the same for all); "
                         "default: leave Arrow's choice")
@@ -194,14 +202,17 @@ def main(argv: list[str] | None = None) -> None:
             _setup(path, rows)
             m = _measure(path, rows, args.repeats, args.batch_rows)
             upserts = int(median(m["delta"]["upserts"]))
-            floor = run_child(BENCH, "child_floor", {"path": path, "rows": rows, "batch_rows": args.batch_rows,
+            delta_step = int(m["delta"]["batch_rows"][0])  # the floor writes in the delta join's step size
+            floor = run_child(BENCH, "child_floor", {"path": path, "rows": rows, "batch_rows": delta_step,
                                                      "upserts": upserts})["peak_anon"]
             log(f"  result-table writes alone ({upserts:,} upserts): peak RssAnon {fmt_size(floor)}; upserts: "
                 f"delta {upserts:,}, stateful {int(median(m['stateful']['upserts'])):,}")
         d, s = m["delta"], m["stateful"]
         assert median(d["result_rows"]) == median(s["result_rows"]) == rows
-        label = f"orders LEFT JOIN customers, {rows:,} rows per side" + (
-            f", batch_rows={args.batch_rows:,}" if args.batch_rows != BATCH_ROWS else "") + (
+        steps = (f"batch_rows={args.batch_rows:,} (both)" if args.batch_rows is not None else
+                 f"each job's default batch_rows (delta {int(d['batch_rows'][0]):,}, stateful "
+                 f"{int(s['batch_rows'][0]):,})")
+        label = f"orders LEFT JOIN customers, {rows:,} rows per side, {steps}" + (
             f", Arrow pool {args.arrow_pool}" if args.arrow_pool != "default" else "") + (
             ", mimalloc without THP" if args.mimalloc_thp == "off" else "")
         peer = "stateful symmetric hash join"

@@ -45,13 +45,15 @@ def explain_join(result: Table, inputs: Mapping[str, Table], joins: Sequence[Joi
 
 def join(result: Table, inputs: Mapping[str, Table], joins: Sequence[Join], *,
          select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
-         condition: pl.Expr | None = None, name: str | None = None, batch_rows: int = 100_000,
+         condition: pl.Expr | None = None, name: str | None = None, batch_rows: int | None = None,
          start: str = "earliest", fallback: Literal["reject", "stateful"] = "reject") -> DeltaJoin | StatefulJoin:
     """A join job: a :class:`DeltaJoin` when the join allows it, otherwise the stateful join
-    (``fallback="stateful"``, its ``explain()`` says why) or :class:`~fluss_lake.JoinNotSupportedError`."""
+    (``fallback="stateful"``, its ``explain()`` says why) or :class:`~fluss_lake.JoinNotSupportedError`.
+    `batch_rows` defaults to the chosen job's own default."""
     if fallback not in ("reject", "stateful"):
         raise InvalidConfigError(f"fallback={fallback!r}: use 'reject' or 'stateful'")
-    options = {"select": select, "where": where, "condition": condition, "name": name, "batch_rows": batch_rows, "start": start}
+    options = {"select": select, "where": where, "condition": condition, "name": name, "start": start,
+               **({} if batch_rows is None else {"batch_rows": batch_rows})}
     plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
     if not plan.reasons:
         return DeltaJoin(result, inputs, joins, **options)  # type: ignore[arg-type]
