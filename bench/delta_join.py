@@ -115,11 +115,13 @@ def child_run(payload: dict) -> dict:
     rows = result.to_polars(columns=["cid"]).height
     import pyarrow as pa
 
+    from fluss_lake._utils import arrow_pool
+
     return {"seconds": seconds, "peak_anon": sampler.peak, "state_bytes": job.state_bytes(), "result_rows": rows,
             "batch_rows": job.batch_rows,
             "records": report.records_read, "upserts": report.rows_upserted,
             "changelog": sum(result.end_offsets().values()),
-            "pool": pa.default_memory_pool().backend_name}
+            "pool": f"{pa.default_memory_pool().backend_name}, fluss-lake's buffers {arrow_pool.pool().backend_name}"}
 
 
 def child_floor(payload: dict) -> dict:
