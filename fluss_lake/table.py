@@ -401,7 +401,7 @@ class Table:
         """Bucket of every row by its bucket key (all zero, without hashing, for a one-bucket table)."""
         import numpy as np
 
-        from fluss_lake.write.bucket_assigner import assign_buckets
+        from fluss_lake.keys.bucketing import assign_buckets
 
         info = self.info
         if info.bucket_num == 1:

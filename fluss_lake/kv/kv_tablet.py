@@ -25,7 +25,7 @@ from fluss_lake._utils.distinct import distinct
 from fluss_lake.exceptions import CommitConflictError, CorruptDataError
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.io.store import ObjectStore
-from fluss_lake.kv.key_index import index_hashes
+from fluss_lake.keys.index_hash import index_hashes
 from fluss_lake.kv.kv_store import (INDEX_SUFFIX, OFFSET_COLUMN, TS_COLUMN, KvStore, Segment, index_path,
                                     remove_segment_file, save_index)
 from fluss_lake.kv.merge.row_merger import (EMIT_DELETE, EMIT_INSERT, EMIT_NOTHING, EMIT_UPDATE, MergeRound,

@@ -15,9 +15,9 @@ import polars as pl
 
 from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError, UnsupportedOperationError
-from fluss_lake.kv.key_index import index_hashes, prefix_ranges
+from fluss_lake.keys.index_hash import index_hashes, prefix_ranges
 from fluss_lake.kv.kv_store import OFFSET_COLUMN
-from fluss_lake.lookup import point_key
+from fluss_lake.keys import point_key
 from fluss_lake.write.batching_writer import split_by_bucket
 from fluss_lake.write.validate import conform, to_frame
 

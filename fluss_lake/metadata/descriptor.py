@@ -104,7 +104,7 @@ class TableDescriptor:
             raise InvalidConfigError(f"an Iceberg-format table buckets by exactly one column; set {opt.BUCKET_KEY} "
                                      f"to one of {list(bucket_keys)}")
         if lake_format == "iceberg" and bucket_keys:
-            from fluss_lake._utils.key_encoding import encode_iceberg_key
+            from fluss_lake.keys.key_encoding import encode_iceberg_key
 
             key = bucket_keys[0]
             empty = pl.Series(key, [], dtype=schema.column(key).dtype).to_arrow()

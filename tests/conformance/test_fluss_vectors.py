@@ -18,8 +18,8 @@ import polars as pl
 import pytest
 
 import fluss_lake as fl
-from fluss_lake._utils.hashing import fluss_murmur_bucket, paimon_bucket
-from fluss_lake._utils.key_encoding import encode_compacted_key
+from fluss_lake.keys.hashing import fluss_murmur_bucket, paimon_bucket
+from fluss_lake.keys.key_encoding import encode_compacted_key
 from fluss_lake.metadata.types import to_polars_dtype
 
 VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "fluss-vectors.jsonl"
@@ -255,7 +255,7 @@ def _run_merge_pairs(conn: fl.Connection, case: dict) -> None:
 def _run_bucketing(case: dict) -> None:
     import pyarrow as pa
 
-    from fluss_lake.write.bucket_assigner import assign_buckets
+    from fluss_lake.keys.bucketing import assign_buckets
 
     for write in case["writes"]:
         if write["op"] == "bucket":

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fluss_lake as fl
-from fluss_lake.kv import key_index, kv_tablet
+from fluss_lake.keys import index_hash as key_index
+from fluss_lake.kv import kv_tablet
 from fluss_lake.lookup import lookuper
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluss_lake.kv import compactor, kv_store
-from fluss_lake.kv.key_index import index_hashes
+from fluss_lake.keys.index_hash import index_hashes
 from fluss_lake.kv.kv_store import KvStore
 
 SCHEMA = pl.Schema({"id": pl.Int64, "v": pl.String})

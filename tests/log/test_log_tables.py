@@ -18,7 +18,7 @@ import fluss_lake as fl
 import fluss_lake.log.log_batch as log_batch_module
 import fluss_lake.log.log_tablet as log_tablet_module
 from fluss_lake import FlussLakeError, InvalidConfigError, OffsetOutOfRangeError
-from fluss_lake.write.bucket_assigner import assign_buckets
+from fluss_lake.keys.bucketing import assign_buckets
 
 SYSTEM = ["_bucket", "_offset", "_change_type", "_commit_timestamp"]
 

@@ -9,8 +9,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluss_lake.kv.key_index import bigint_key_hashes, index_hashes
-from fluss_lake.write.bucket_assigner import encode_primary_key_hash
+from fluss_lake.keys.index_hash import bigint_key_hashes, index_hashes
+from fluss_lake.keys.bucketing import encode_primary_key_hash
 
 EDGES = [0, 1, -1, 2**63 - 1, -2**63] + [s * (2**b + d) for b in range(7, 64, 7) for d in (-1, 0, 1) for s in (1, -1)
                                          if -2**63 <= s * (2**b + d) < 2**63]

@@ -96,7 +96,7 @@ def test_prefix_lookup_equals_filtering_the_state(tmp_path_factory, ops, probes)
 def test_iceberg_format_tables_bucket_like_iceberg(tmp_path) -> None:
     import pyarrow as pa
 
-    from fluss_lake.write.bucket_assigner import assign_buckets
+    from fluss_lake.keys.bucketing import assign_buckets
 
     conn = fl.connect(tmp_path, datalake_format="iceberg")
     conn.create_database("d")

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fluss_lake as fl
-from fluss_lake._utils.hashing import fluss_murmur_bucket, hash64
-from fluss_lake._utils.key_encoding import encode_compacted_key
-from fluss_lake.lookup import point_key
+from fluss_lake.keys.hashing import fluss_murmur_bucket, hash64
+from fluss_lake.keys.key_encoding import encode_compacted_key
+from fluss_lake.keys import point_key
 
 KEY_TYPES = [(pl.Int64, pa.int64(), st.integers(-2**63, 2**63 - 1)), (pl.Int32, pa.int32(), st.integers(-2**31, 2**31 - 1)),
              (pl.Int16, pa.int16(), st.integers(-2**15, 2**15 - 1)), (pl.Int8, pa.int8(), st.integers(-128, 127)),

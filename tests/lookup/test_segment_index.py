@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fluss_lake as fl
-from fluss_lake.kv import _kernels, key_index, kv_store, kv_tablet  # type: ignore[attr-defined]
+from fluss_lake.keys import index_hash as key_index
+from fluss_lake.kv import _kernels, kv_store, kv_tablet  # type: ignore[attr-defined]
 from fluss_lake.kv.kv_store import SegmentIndex
 
 U64 = st.integers(0, 2**64 - 1)

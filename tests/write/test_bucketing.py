@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fluss_lake._utils.hashing import (
+from fluss_lake.keys.hashing import (
     ByteStrings,
     fluss_murmur_bucket,
     hash64,
@@ -24,9 +24,9 @@ from fluss_lake._utils.hashing import (
     murmur3_32,
     paimon_bucket,
 )
-from fluss_lake._utils.key_encoding import encode_compacted_key, encode_iceberg_key
+from fluss_lake.keys.key_encoding import encode_compacted_key, encode_iceberg_key
 from fluss_lake.exceptions import InvalidConfigError, InvalidTableError, NullPrimaryKeyError
-from fluss_lake.write.bucket_assigner import BucketingFunction, assign_buckets, encode_primary_key_hash
+from fluss_lake.keys.bucketing import BucketingFunction, assign_buckets, encode_primary_key_hash
 
 VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "fluss-vectors.jsonl"
 

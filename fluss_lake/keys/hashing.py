@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from fluss_lake._utils import _hash_kernels  # type: ignore[attr-defined]
+from fluss_lake.keys import _hash_kernels  # type: ignore[attr-defined]
 from fluss_lake.exceptions import InvalidConfigError, InvalidTableError, NullPrimaryKeyError
 
 __all__ = [

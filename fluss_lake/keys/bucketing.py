@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from fluss_lake._utils.hashing import (
+from fluss_lake.keys.hashing import (
     ByteRanges,
     KeyBytes,
     check_num_buckets,
@@ -27,7 +27,7 @@ from fluss_lake._utils.hashing import (
     hash64,
     iceberg_bucket,
 )
-from fluss_lake._utils.key_encoding import (
+from fluss_lake.keys.key_encoding import (
     assemble_segments,
     check_key_columns,
     compacted_key_segments,

@@ -12,8 +12,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa  # noqa: F401 - used by the doctest
 
-from fluss_lake._utils import _hash_kernels  # type: ignore[attr-defined]
-from fluss_lake.write.bucket_assigner import encode_primary_key_hash
+from fluss_lake.keys import _hash_kernels  # type: ignore[attr-defined]
+from fluss_lake.keys.bucketing import encode_primary_key_hash
 
 __all__ = ["bigint_key_hashes", "index_hashes", "prefix_ranges"]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from fluss_lake._utils import _hash_kernels  # type: ignore[attr-defined]
+from fluss_lake.keys import _hash_kernels  # type: ignore[attr-defined]
 from fluss_lake.exceptions import InvalidConfigError, InvalidTableError, NullPrimaryKeyError, SchemaMismatchError
 
 __all__ = [
