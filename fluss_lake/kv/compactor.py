@@ -19,15 +19,25 @@ import logging
 import os
 import threading
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from fluss_lake.kv.kv_store import KvStore
-
-__all__ = ["drain", "enabled", "request", "set_enabled"]
+__all__ = ["Compactable", "drain", "enabled", "request", "set_enabled"]
 
 _log = logging.getLogger(__name__)
 _enabled = os.environ.get("FLUSS_LAKE_BACKGROUND_COMPACTION", "1") not in ("0", "false", "no")
+
+
+class Compactable(Protocol):
+    """What the compactor needs of a store (:class:`~fluss_lake.kv.kv_store.KvStore`): one merge at a time."""
+
+    @property
+    def directory(self) -> str:
+        """The store's folder (names the store in the log when a merge fails)."""
+        ...
+
+    def compact_step(self) -> bool:
+        """Run one merge; False when there is nothing (more) to merge."""
+        ...
 
 
 class _Worker:
@@ -35,12 +45,12 @@ class _Worker:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.queue: deque[KvStore] = deque()
-        self.busy: KvStore | None = None
+        self.queue: deque[Compactable] = deque()
+        self.busy: Compactable | None = None
         self.thread: threading.Thread | None = None
         self.stopping = False
 
-    def request(self, store: KvStore) -> None:
+    def request(self, store: Compactable) -> None:
         with self.cond:
             if store not in self.queue:
                 self.queue.append(store)
@@ -60,14 +70,14 @@ class _Worker:
             try:
                 while not self.stopping and store.compact_step():
                     pass
-            except Exception:  # a failed merge leaves the store as it was; the next flush asks again
+            except Exception:  # noqa: BLE001 -- a failed merge leaves the store as it was; the next flush asks again
                 _log.exception("background compaction of %s failed", store.directory)
             finally:
                 with self.cond:
                     self.busy = None
                     self.cond.notify_all()
 
-    def drain(self, store: KvStore | None) -> None:
+    def drain(self, store: Compactable | None) -> None:
         with self.cond:
             while (store is None and (self.queue or self.busy is not None)) or (
                     store is not None and (store in self.queue or self.busy is store)):
@@ -100,12 +110,12 @@ def set_enabled(on: bool) -> None:
     _enabled = on
 
 
-def request(store: KvStore) -> None:
+def request(store: Compactable) -> None:
     """Ask for the file segments of `store` to be compacted soon."""
     _worker.request(store)
 
 
-def drain(store: KvStore | None = None) -> None:
+def drain(store: Compactable | None = None) -> None:
     """Wait until the compactor has nothing left to do (for `store`, or for every store). Do not call it while
     holding a store's lock: the compactor needs it to finish."""
     _worker.drain(store)

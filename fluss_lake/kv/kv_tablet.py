@@ -3,18 +3,17 @@
 The changelog is committed to the bucket log first (atomic create at the log end); the state is derived
 from it. A writer that loses the race for an offset catches up with the winner's changelog and merges again,
 so several processes can write one table. State snapshots (a manifest naming immutable segments plus the next
-offset to replay) let a new process start from the latest snapshot and replay only the tail.
+offset to replay, :mod:`fluss_lake.kv.kv_snapshot`) let a new process start from the latest snapshot and replay
+only the tail.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
-import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import numpy as np
 import polars as pl
@@ -23,13 +22,12 @@ import pyarrow as pa
 from fluss_lake._utils.arrow_pool import pool
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.exceptions import CommitConflictError, CorruptDataError
-from fluss_lake.io.files import fsync_file, unlink_quietly
+from fluss_lake.io import layout
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.keys.index_hash import index_hashes
-from fluss_lake.kv.kv_store import (INDEX_SUFFIX, OFFSET_COLUMN, TS_COLUMN, KvStore, Segment, index_path,
-                                    remove_segment_file, save_index)
-from fluss_lake.kv.merge.row_merger import (EMIT_DELETE, EMIT_INSERT, EMIT_NOTHING, EMIT_UPDATE, MergeRound,
-                                            RowMerger)
+from fluss_lake.kv.kv_snapshot import KvSnapshots
+from fluss_lake.kv.kv_store import OFFSET_COLUMN, TS_COLUMN, KvStore
+from fluss_lake.kv.merge.row_merger import EMIT_DELETE, EMIT_INSERT, EMIT_NOTHING, EMIT_UPDATE, MergeRound, RowMerger
 from fluss_lake.kv.row_gather import take_rows
 from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, delete_count, encode_batch
 from fluss_lake.log.log_tablet import LogTablet
@@ -37,15 +35,16 @@ from fluss_lake.log.log_tablet import LogTablet
 __all__ = ["KvTablet", "ChangeImage"]
 
 APPEND_ONLY, INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = 0, 1, 2, 3, 4
-_SNAPSHOT_SUFFIX = ".json"
 _REPLAY_CHUNK_ROWS = 2_000_000
-_SNAPSHOT_INTERVAL_SECONDS = 600
+#: The final image of every key a batch changed: (index hashes, rows, deleted mask, position of the key's last
+#: record in the changelog).
+_FinalImage = tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray]
 
 
 def _locked(method: Callable) -> Callable:
     """Run a tablet method under the bucket's lock (a Table may be shared by threads)."""
     @functools.wraps(method)
-    def wrapper(self: "KvTablet", *args: object, **kwargs: object) -> object:
+    def wrapper(self: KvTablet, *args: object, **kwargs: object) -> object:
         with self.lock:
             return method(self, *args, **kwargs)
     return wrapper
@@ -79,32 +78,25 @@ class KvTablet:
         self.compression_level = compression_level
         self.snapshot_every = snapshot_every
         self.snapshots_retained = snapshots_retained
-        self.log = LogTablet(store, f"{table_prefix}/log/b{bucket:05d}", bucket, grace_s=log_grace_s)
+        self.log = LogTablet(store, layout.log_prefix(table_prefix, bucket), bucket, grace_s=log_grace_s)
         self.lock = self.log.lock  # one lock guards the bucket's log view and its state
-        self.kv_prefix = f"{table_prefix}/kv/b{bucket:05d}"
+        self.kv_prefix = layout.kv_prefix(table_prefix, bucket)
         # Working segments are private to this process (local_dir); snapshots publish them to the store. On a
         # local store the published segments live in a folder of the store and are mapped from there directly.
-        self.shared_dir = store.local_path(f"{self.kv_prefix}/segments")
+        self._snapshots = KvSnapshots(store, self.kv_prefix)
+        self.shared_dir = self._snapshots.shared_dir
         self.kv = KvStore(os.path.join(local_dir, f"b{bucket:05d}"), schema, self.primary_key, ttl_ms=kv_ttl_ms,
                           clock=clock, lock=self.lock)
         self.applied = 0  # next log offset not yet applied to the state
-        self._retired_remote: set[str] = set()  # merged-away segments on a remote store, deleted once unreferenced
         self.last_snapshot = -1
         self._restore()
 
     # ------------------------------------------------------------ recovery
     def _restore(self) -> None:
         """Latest snapshot (if any), then replay of the log tail."""
-        names = sorted(n for n in self.store.list(f"{self.kv_prefix}/snapshots") if n.endswith(_SNAPSHOT_SUFFIX))
-        for name in reversed(names):
-            try:
-                manifest = json.loads(self.store.get(f"{self.kv_prefix}/snapshots/{name}"))
-                segments = [self._open_segment(seg) for seg in manifest["segments"]]
-            except (FileNotFoundError, pa.ArrowInvalid, ValueError, KeyError):
-                continue  # a segment was collected meanwhile or is damaged: try the previous snapshot
-            self.kv.adopt(segments)
-            self.applied = self.last_snapshot = int(manifest["offset"])
-            break
+        offset = self._snapshots.restore(self.kv)
+        if offset is not None:
+            self.applied = self.last_snapshot = offset
         else:
             self.applied = self.log.earliest_offset
             if self.applied > 0:
@@ -113,25 +105,6 @@ class KvTablet:
                     "usable state snapshot covers them; the state cannot be rebuilt. Restore the snapshots folder "
                     "or recreate the table")
         self.catch_up()
-
-    def _open_segment(self, name: str) -> Segment:
-        """Map a snapshot segment (downloading it first from a remote store)."""
-        if self.shared_dir is not None:
-            return Segment.open(os.path.join(self.shared_dir, name))
-        path = os.path.join(self.kv.directory, name)
-        if not os.path.exists(path):  # a copy kept in a reused local folder is complete: it is written durably
-            os.makedirs(self.kv.directory, exist_ok=True)
-            try:  # its index file first, so a local segment file always has its index (if it was published)
-                index: bytes | None = self.store.get(f"{self.kv_prefix}/segments/{name}{INDEX_SUFFIX}")
-            except FileNotFoundError:
-                index = None
-            if index is not None:
-                _write_local(index_path(path), index)
-            _write_local(path, self.store.get(f"{self.kv_prefix}/segments/{name}"))
-            if index is None:  # published without one: built here, once
-                save_index(path, fsync=True)
-        return Segment.open(path)
-
 
     @_locked
     def catch_up(self) -> int:
@@ -171,6 +144,23 @@ class KvTablet:
         self.kv.apply(hashes, last.drop(CHANGE_TYPE_COLUMN, TS_COLUMN, OFFSET_COLUMN), deleted,
                       last.get_column(TS_COLUMN).to_numpy(), offsets=last.get_column(OFFSET_COLUMN).to_numpy())
 
+    @overload
+    def scan_state(self, *, lazy: Literal[False] = ...) -> tuple[pl.DataFrame, int]: ...
+
+    @overload
+    def scan_state(self, *, lazy: Literal[True]) -> tuple[pl.LazyFrame, int]: ...
+
+    @overload
+    def scan_state(self, *, lazy: bool) -> tuple[pl.DataFrame | pl.LazyFrame, int]: ...
+
+    def scan_state(self, *, lazy: bool = False) -> tuple[pl.DataFrame | pl.LazyFrame, int]:
+        """The bucket's current rows and the log offset they include, read under the tablet lock after
+        :meth:`catch_up` (the changelog committed by anyone so far is applied): the rows hold every change
+        before that offset. ``lazy`` gives a LazyFrame over the segments (:meth:`KvStore.scan_lazy`)."""
+        with self.lock:
+            self.catch_up()
+            return (self.kv.scan_lazy() if lazy else self.kv.scan()), self.applied
+
     # ------------------------------------------------------------ writes
 
     @_locked
@@ -205,7 +195,7 @@ class KvTablet:
                 final_hashes, final_rows, final_deleted, positions = final
                 self.kv.apply(final_hashes, final_rows, final_deleted, commit_ts, order=order, offsets=base + positions)
                 self.applied = header.next_offset
-                if self.applied - max(self.last_snapshot, 0) >= self.snapshot_every or self._snapshot_due():
+                if self.applied - max(self.last_snapshot, 0) >= self.snapshot_every or self._snapshots.due():
                     self.snapshot()
                 return header
         raise CommitConflictError(f"bucket {self.bucket}: lost the race for the log end {max_attempts} times; "
@@ -224,22 +214,22 @@ class KvTablet:
         return self.compression, self.compression_level
 
     def _merge(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
-               image: ChangeImage, skip_unchanged: bool = False) -> tuple[pl.DataFrame | pa.Table, tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray],
-                                            np.ndarray | None]:
+               image: ChangeImage, skip_unchanged: bool = False
+               ) -> tuple[pl.DataFrame | pa.Table, _FinalImage, np.ndarray | None]:
         """The changelog of a batch (rounds of unique keys merged in write order, see row_merger), the
         final image of every key it changed: (index hashes, rows, deleted mask, position of the key's last record
         in the changelog), and the hash order of that final image when it is known (else None)."""
         order = np.argsort(hashes)  # not a stable sort: its order is used only when the hashes are all distinct
         sorted_hashes = hashes[order]
-        if len(hashes) and not (sorted_hashes[1:] == sorted_hashes[:-1]).any():  # distinct hashes: every key once, one round
+        # distinct hashes: every key once, one round
+        if len(hashes) and not (sorted_hashes[1:] == sorted_hashes[:-1]).any():
             return self._merge_distinct(batch, hashes, order, is_delete, merger, image, skip_unchanged)
         changelog, final = self._merge_rounds(batch, hashes, is_delete, merger, image, skip_unchanged)
         return changelog, final, None
 
     def _merge_distinct(self, batch: pl.DataFrame, hashes: np.ndarray, order: np.ndarray, is_delete: np.ndarray,
                         merger: RowMerger, image: ChangeImage, skip_unchanged: bool = False
-                        ) -> tuple[pl.DataFrame | pa.Table, tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray],
-                                   np.ndarray | None]:
+                        ) -> tuple[pl.DataFrame | pa.Table, _FinalImage, np.ndarray | None]:
         """:meth:`_merge` for a batch whose keys are all distinct (the common case): one merge round, and the
         changelog is gathered in one take (-U of a row right before its +U, rows in batch order)."""
         n = batch.height
@@ -291,7 +281,7 @@ class KvTablet:
         return changelog, final, final_order
 
     def _merge_rounds(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
-                      image: ChangeImage, skip_unchanged: bool = False) -> tuple[pl.DataFrame, tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray]]:
+                      image: ChangeImage, skip_unchanged: bool = False) -> tuple[pl.DataFrame, _FinalImage]:
         """:meth:`_merge` for a batch that may touch a key several times: rounds of distinct keys."""
         key_id, first = _key_ids(batch, hashes, self.primary_key)
         occurrence = _occurrence(key_id)
@@ -321,7 +311,8 @@ class KvTablet:
             exists[keys] = outcome.after_exists.to_numpy()
         changed = np.flatnonzero(touched)
         keys_of_changed = batch[first[changed]].select(self.primary_key)
-        rows, types, seq, sub = (np.concatenate(parts) for parts in zip(*records)) if records else ([],) * 4
+        rows, types, seq, sub = ((np.concatenate(parts) for parts in zip(*records, strict=False)) if records
+                                 else ([],) * 4)
         order = np.lexsort((sub, seq)) if len(rows) else np.empty(0, dtype=np.int64)
         last = np.full(len(first), -1, dtype=np.int64)  # changelog position of each key's last record
         np.maximum.at(last, key_id[np.asarray(seq, dtype=np.int64)[order]], np.arange(len(order), dtype=np.int64))
@@ -341,157 +332,15 @@ class KvTablet:
         self.snapshot()
 
     # ------------------------------------------------------------ snapshots
-    def _snapshot_due(self) -> bool:
-        """Time-based trigger (Fluss's ``kv.snapshot.interval``, here 10 minutes since the last snapshot)."""
-        now = time.monotonic()
-        if not hasattr(self, "_last_snapshot_time"):
-            self._last_snapshot_time = now
-        return now - self._last_snapshot_time >= _SNAPSHOT_INTERVAL_SECONDS
-
     @_locked
     def snapshot(self) -> int:
         """Persist the state as a manifest of immutable segments at the applied offset; returns that offset."""
         if self.applied == self.last_snapshot:
             return self.applied
-        self.kv.flush_memtable()  # a snapshot names files only
-        names = []
-        for segment in self.kv.segments:
-            self._publish(segment)
-            names.append(segment.name)
-        manifest = {"offset": self.applied, "segments": names, "schema_id": self.schema_id,
-                    "writer_id": self.writer_id, "created_ms": int(time.time() * 1000)}
-        name = f"{self.applied:020d}-{manifest['created_ms']:013d}-{uuid.uuid4().hex[:8]}{_SNAPSHOT_SUFFIX}"
-        self.store.put_if_absent(f"{self.kv_prefix}/snapshots/{name}", json.dumps(manifest).encode())
+        self._snapshots.publish(self.kv, offset=self.applied, schema_id=self.schema_id, writer_id=self.writer_id)
         self.last_snapshot = self.applied
-        self._last_snapshot_time = time.monotonic()
-        self._collect()
+        self._snapshots.collect(self.kv, retained=self.snapshots_retained)
         return self.applied
-
-    def _publish(self, segment: Segment) -> None:
-        """Make a segment readable by other processes under its name (segments are immutable, names unique)."""
-        if self.shared_dir is None:
-            key = f"{self.kv_prefix}/segments/{segment.name}"
-            if not self.store.exists(key):
-                index = _file_bytes(index_path(segment.path)) if segment.path is not None else None
-                if index is not None:  # the index first: a published segment has its index object
-                    self.store.put_if_absent(f"{key}{INDEX_SUFFIX}", index)
-                self.store.put_if_absent(key, _segment_bytes(segment))
-            return
-        target = os.path.join(self.shared_dir, segment.name)
-        if os.path.exists(target):
-            return
-        os.makedirs(self.shared_dir, exist_ok=True)
-        index = index_path(segment.path)
-        if os.path.exists(index):  # the index first: a published segment has its index file (when it has one)
-            _link_published(self.shared_dir, index, index_path(target), lambda: _file_bytes(index))
-        _link_published(self.shared_dir, segment.path, target, lambda: _segment_bytes(segment))
-
-    def _collect(self) -> None:
-        """Drop old manifests, retired private segments, and published segments no retained manifest names."""
-        prefix = f"{self.kv_prefix}/snapshots"
-        names = sorted(n for n in self.store.list(prefix) if n.endswith(_SNAPSHOT_SUFFIX))
-        for old in names[: -self.snapshots_retained]:
-            self.store.delete(f"{prefix}/{old}")
-        referenced: set[str] = {s.name for s in self.kv.segments}
-        for name in names[-self.snapshots_retained:]:
-            try:
-                referenced.update(json.loads(self.store.get(f"{prefix}/{name}"))["segments"])
-            except FileNotFoundError:
-                pass
-        for segment in self.kv.retired:
-            if segment.path is not None and os.path.dirname(segment.path) == self.kv.directory:  # private copy
-                remove_segment_file(segment.path)
-            if self.shared_dir is None:
-                self._retired_remote.add(segment.name)
-        self.kv.retired = []
-        for name in sorted(self._retired_remote - referenced):  # a retained snapshot may still name the others
-            self.store.delete(f"{self.kv_prefix}/segments/{name}")
-            self.store.delete(f"{self.kv_prefix}/segments/{name}{INDEX_SUFFIX}")
-        self._retired_remote &= referenced
-        if self.shared_dir is not None:
-            for path in _orphans(self.shared_dir, referenced, time.time()):
-                unlink_quietly(path)
-
-
-def _write_local(path: str, data: bytes) -> None:
-    """Write a downloaded file completely and durably, then give it its name (a power loss leaves it whole or
-    absent, never a torn file under the final name)."""
-    tmp = f"{path}.part"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-    fsync_file(tmp)
-    os.replace(tmp, path)
-
-
-def _link_published(directory: str, source: str, target: str, data: Callable[[], bytes | None]) -> None:
-    """Publish a private file under `target` in the shared folder: a hard link (same file system: no copy; else
-    the bytes `data` gives, skipped when None) under a temp name, fsynced, then linked to its final name."""
-    tmp = os.path.join(directory, f".tmp-{os.path.basename(target)}")
-    try:
-        os.link(source, tmp)
-    except OSError:
-        content = data()
-        if content is None:
-            return
-        with open(tmp, "wb") as handle:
-            handle.write(content)
-    fsync_file(tmp)  # a manifest (fsynced) must never name a file a power loss could truncate
-    os.utime(tmp)  # published now: the orphan grace period counts from here
-    try:
-        os.link(tmp, target)
-    except FileExistsError:
-        pass
-    finally:
-        unlink_quietly(tmp)
-
-
-def _file_bytes(path: str) -> bytes | None:
-    """A file's bytes, None if it is gone."""
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        return None
-
-
-def _segment_bytes(segment: Segment) -> bytes:
-    """A segment's file bytes, rewritten from its mapping if the file is gone."""
-    try:
-        with open(segment.path, "rb") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, segment.table.schema) as writer:
-            writer.write_table(segment.table, max_chunksize=max(segment.rows, 1))
-        return sink.getvalue().to_pybytes()
-
-
-_ORPHAN_GRACE_SECONDS = 600
-
-
-def _orphans(directory: str, referenced: set[str], now: float) -> list[str]:
-    """Segment files no retained snapshot or live state names, untouched for the grace period.
-
-    Such files are left by writers that crashed or by processes whose segments were merged away; a process
-    that still maps one keeps its mapping (unlinking a mapped file is safe) and rewrites it if it must
-    snapshot it.
-    """
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    old = []
-    for name in names:
-        base = name.removesuffix(INDEX_SUFFIX)  # an index file lives as long as its segment
-        if base in referenced or not (name.startswith("seg-") or name.startswith(".tmp-seg-")):
-            continue
-        path = os.path.join(directory, name)
-        try:
-            if now - os.path.getmtime(path) > _ORPHAN_GRACE_SECONDS:
-                old.append(path)
-        except FileNotFoundError:
-            pass
-    return old
 
 
 def _without_unchanged(emit: np.ndarray, old: pl.DataFrame, after: pl.DataFrame) -> np.ndarray:

@@ -21,20 +21,36 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fluss_lake.exceptions import InvalidConfigError
 
-if TYPE_CHECKING:
-    from fluss_lake.kv.kv_store import KvStore
+__all__ = ["DEFAULT_LIMIT_BYTES", "MemtableOwner", "limit_bytes", "set_limit_bytes", "total_bytes"]
 
-__all__ = ["DEFAULT_LIMIT_BYTES", "limit_bytes", "set_limit_bytes", "total_bytes"]
+
+class MemtableOwner(Protocol):
+    """What the budget needs of a store (:class:`~fluss_lake.kv.kv_store.KvStore`): its memtable's size, its lock
+    and a way to flush the memtable."""
+
+    @property
+    def memtable_bytes(self) -> int:
+        """Bytes the store's memtable holds (as last accounted)."""
+        ...
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock guarding the store's segments."""
+        ...
+
+    def flush_memtable(self) -> None:
+        """Write the memtable as a file segment."""
+        ...
 
 #: Default budget: 16 MiB of memtables for the whole process (about 250k rows of a 6-column table).
 DEFAULT_LIMIT_BYTES = 16 << 20
 
 _limit = DEFAULT_LIMIT_BYTES
-_stores: weakref.WeakSet[KvStore] = weakref.WeakSet()
+_stores: weakref.WeakSet[MemtableOwner] = weakref.WeakSet()
 _registry_lock = threading.Lock()
 
 
@@ -51,7 +67,7 @@ def set_limit_bytes(limit: int) -> None:
     _limit = int(limit)
 
 
-def register(store: KvStore) -> None:
+def register(store: MemtableOwner) -> None:
     """Count a store's memtable against the budget (held weakly: a dropped store leaves the budget)."""
     with _registry_lock:
         _stores.add(store)
@@ -61,7 +77,7 @@ def register(store: KvStore) -> None:
 _LOCK_WAIT = 0.2
 
 
-def _registered() -> list[KvStore]:
+def _registered() -> list[MemtableOwner]:
     with _registry_lock:
         return list(_stores)
 
@@ -71,7 +87,7 @@ def total_bytes() -> int:
     return sum(store.memtable_bytes for store in _registered())
 
 
-def enforce(writer: KvStore) -> None:
+def enforce(writer: MemtableOwner) -> None:
     """After `writer` added rows (its own lock held): flush the largest memtables while the total is over the
     budget.
 

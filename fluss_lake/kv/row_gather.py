@@ -28,7 +28,8 @@ def _fixed_width(kind: pa.DataType) -> int:
     """Bytes per value of a fixed-width primitive type, or 0 (booleans are bit-packed; others vary)."""
     if pa.types.is_boolean(kind) or pa.types.is_decimal(kind) or pa.types.is_fixed_size_binary(kind):
         return 0
-    if (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_temporal(kind)) and kind.bit_width % 8 == 0:
+    numeric = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_temporal(kind)
+    if numeric and kind.bit_width % 8 == 0:
         return kind.bit_width // 8
     return 0
 

@@ -11,8 +11,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from fluss_lake.kv import compactor, kv_store
 from fluss_lake.keys.index_hash import index_hashes
+from fluss_lake.kv import compactor, kv_store
 from fluss_lake.kv.kv_store import KvStore
 
 SCHEMA = pl.Schema({"id": pl.Int64, "v": pl.Int64})

@@ -9,11 +9,11 @@ import os
 import time
 
 import numpy as np
-import pytest
 import polars as pl
+import pytest
 
 import fluss_lake as fl
-from fluss_lake.kv.kv_store import INDEX_SUFFIX, Segment, SegmentIndex, index_path
+from fluss_lake.kv.segment import INDEX_SUFFIX, Segment, SegmentIndex, index_path
 
 ROWS = 20_000
 
@@ -44,7 +44,7 @@ def test_published_segments_carry_index_files_that_a_new_process_maps(tmp_path) 
     keys = pl.DataFrame({"id": np.arange(0, 2 * ROWS, 3)})
     found = reader.new_lookup().lookup(keys, with_found=True)
     assert found.get_column("_found").to_list() == [k < ROWS for k in range(0, 2 * ROWS, 3)]
-    segments = [s for s in reader.kv_tablet(0).kv.segments if s.rows >= 2048]
+    segments = [s for s in reader._tablets().kv_tablet(0).kv.segments if s.rows >= 2048]
     assert segments, "the fill wrote an indexed segment"
     for segment in segments:
         assert os.path.exists(index_path(segment.path)), "published beside its segment"
@@ -57,7 +57,7 @@ def test_published_segments_carry_index_files_that_a_new_process_maps(tmp_path) 
 
 def test_damaged_or_missing_index_files_are_rebuilt_in_memory(tmp_path) -> None:
     _fill(_table(tmp_path))
-    shared = _table(tmp_path).kv_tablet(0).shared_dir
+    shared = _table(tmp_path)._tablets().kv_tablet(0).shared_dir
     files = sorted(n for n in os.listdir(shared) if n.endswith(INDEX_SUFFIX))
     assert files
     damaged = os.path.join(shared, files[0])
@@ -69,7 +69,7 @@ def test_damaged_or_missing_index_files_are_rebuilt_in_memory(tmp_path) -> None:
     looked = reader.new_lookup().lookup(pl.DataFrame({"id": [0, 7, ROWS - 1, ROWS]}), with_found=True)
     assert looked.get_column("_found").to_list() == [True, True, True, False]
     assert looked.get_column("v").to_list()[:3] == ["0", "7", str(ROWS - 1)]
-    for segment in reader.kv_tablet(0).kv.segments:
+    for segment in reader._tablets().kv_tablet(0).kv.segments:
         if segment.rows >= 2048:
             assert not _is_mapped(segment.index())
     segment = Segment.open(damaged.removesuffix(INDEX_SUFFIX))
@@ -86,8 +86,8 @@ def test_index_files_go_with_their_segments(tmp_path) -> None:
     for start in range(0, 6 * 4096, 4096):  # several indexed segments, merged as they pile up
         ids = np.arange(start, start + 4096)
         table.upsert(pl.DataFrame({"id": ids, "v": pl.Series(ids).cast(pl.String)}))
-        table.kv_tablet(0).kv.flush_memtable()
-    store = table.kv_tablet(0).kv
+        table._tablets().kv_tablet(0).kv.flush_memtable()
+    store = table._tablets().kv_tablet(0).kv
     store.wait_for_compaction()
     table.upsert([{"id": -1, "v": "x"}])  # snapshot + collect (retired private segments are deleted)
     store.wait_for_compaction()  # a merge in flight writes its index file just before its segment file
@@ -96,7 +96,7 @@ def test_index_files_go_with_their_segments(tmp_path) -> None:
     assert indexes
     for name in indexes:
         assert os.path.exists(os.path.join(private, name.removesuffix(INDEX_SUFFIX))), "an index outlived its segment"
-    shared = table.kv_tablet(0).shared_dir
+    shared = table._tablets().kv_tablet(0).shared_dir
     orphan = os.path.join(shared, "seg-crashed-writer.arrow" + INDEX_SUFFIX)
     with open(orphan, "wb") as handle:
         handle.write(b"left behind")
@@ -136,13 +136,13 @@ def test_index_files_travel_with_segments_on_s3(s3_url, tmp_path) -> None:
     reader = fl.connect(url, storage_options=options, local_dir=str(tmp_path / "reader")).get_table("d.t")
     looked = reader.new_lookup().lookup(pl.DataFrame({"id": [0, ROWS - 1, ROWS]}), with_found=True)
     assert looked.get_column("_found").to_list() == [True, True, False]
-    indexed = [s for s in reader.kv_tablet(0).kv.segments if s.rows >= 2048]
+    indexed = [s for s in reader._tablets().kv_tablet(0).kv.segments if s.rows >= 2048]
     assert indexed and all(os.path.exists(index_path(s.path)) and _is_mapped(s.index()) for s in indexed)
     for path in indexes:  # segments published without index objects (an older writer): built locally, once
         fs.rm(path)
     rebuilt = fl.connect(url, storage_options=options, local_dir=str(tmp_path / "rebuilt")).get_table("d.t")
     assert rebuilt.new_lookup().lookup(pl.DataFrame({"id": [7]}), with_found=True).get_column("_found").to_list() == [True]
-    local = [s for s in rebuilt.kv_tablet(0).kv.segments if s.rows >= 2048]
+    local = [s for s in rebuilt._tablets().kv_tablet(0).kv.segments if s.rows >= 2048]
     assert local and all(os.path.exists(index_path(s.path)) and _is_mapped(s.index()) for s in local)
     first = {p.removesuffix(INDEX_SUFFIX) for p in indexes}  # the first segments' objects
 

@@ -38,7 +38,7 @@ def test_many_small_writes_compact_and_keep_newest(tmp_path) -> None:
             table.delete(pl.DataFrame({"id": dead}))
             for k in dead.tolist():
                 expected.pop(k, None)
-    segments = table.kv_tablet(0).kv.segments
+    segments = table._tablets().kv_tablet(0).kv.segments
     assert len(segments) < 20, "runs of same-size segments must have been merged"
     state = table.to_polars().sort("id")
     want = pl.DataFrame({"id": list(expected), "v": [v for v, _ in expected.values()],
@@ -117,7 +117,7 @@ def test_lazy_state_equals_eager_state(tmp_path) -> None:
         table.upsert(pl.DataFrame({"id": np.arange(step * 50, step * 50 + 300), "v": [f"s{step}"] * 300,
                                    "n": np.full(300, step, dtype=np.int32)}))
         table.delete(pl.DataFrame({"id": [step * 7]}))
-    assert len(table.kv_tablet(0).kv.segments) > 1
+    assert len(table._tablets().kv_tablet(0).kv.segments) > 1
     lazy = table.to_lazy()
     assert isinstance(lazy, pl.LazyFrame)
     assert lazy.collect().sort("id").equals(table.to_polars().sort("id"))
@@ -130,7 +130,7 @@ def test_snapshot_collects_old_orphaned_segments_only(tmp_path) -> None:
 
     table = _table(tmp_path, snapshot_every=1)
     table.upsert([{"id": 1, "v": "a", "n": 1}])
-    directory = table.kv_tablet(0).shared_dir  # the store's folder of published segments
+    directory = table._tablets().kv_tablet(0).shared_dir  # the store's folder of published segments
     old, fresh = os.path.join(directory, "seg-crashed-writer.arrow"), os.path.join(directory, "seg-other-process.arrow")
     for path in (old, fresh):
         with open(path, "wb") as handle:
@@ -140,7 +140,7 @@ def test_snapshot_collects_old_orphaned_segments_only(tmp_path) -> None:
     table.upsert([{"id": 2, "v": "b", "n": 2}])  # snapshot_every=1: snapshots and collects
     assert not os.path.exists(old)
     assert os.path.exists(fresh)
-    live = {s.name for s in table.kv_tablet(0).kv.segments}
+    live = {s.name for s in table._tablets().kv_tablet(0).kv.segments}
     assert live <= set(os.listdir(directory)), "the snapshot published every live segment"
     assert fl.connect(tmp_path).get_table("d.t").to_polars().height == 2
 

@@ -11,8 +11,8 @@ import pytest
 
 import fluss_lake as fl
 from fluss_lake.exceptions import InvalidConfigError
-from fluss_lake.kv import memtable_budget
 from fluss_lake.keys.index_hash import index_hashes
+from fluss_lake.kv import memtable_budget
 from fluss_lake.kv.kv_store import KvStore
 
 SCHEMA = pl.Schema({"id": pl.Int64, "v": pl.String})

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluss_lake.kv import compactor, kv_store
 from fluss_lake.keys.index_hash import index_hashes
+from fluss_lake.kv import compactor, kv_store, segment_merge
 from fluss_lake.kv.kv_store import KvStore
 
 SCHEMA = pl.Schema({"id": pl.Int64, "v": pl.String})
@@ -60,13 +60,13 @@ def test_flushes_of_varying_size_merge_logarithmically(tmp_path, monkeypatch) ->
     # still rewritten a logarithmic number of times and the segments a lookup probes stay few.
     monkeypatch.setattr(kv_store, "_MIN_TIER_ROWS", 16)
     written = [0]
-    write_segment = kv_store.write_segment
+    write_segment = segment_merge.write_segment
 
     def counting(directory, frame, **kwargs):
         written[0] += frame.num_rows
         return write_segment(directory, frame, **kwargs)
 
-    monkeypatch.setattr(kv_store, "write_segment", counting)
+    monkeypatch.setattr(segment_merge, "write_segment", counting)
     store = KvStore(str(tmp_path), SCHEMA, ("id",))
     rng = np.random.default_rng(11)
     next_id, most = 0, 0
@@ -109,7 +109,7 @@ def test_big_merges_written_column_by_column_give_the_same_segments(tmp_path, mo
     monkeypatch.setattr(kv_store, "MEMTABLE_ROWS", 256)
     stores = {}
     for name, spill_rows in (("plain", 10**9), ("spilled", 1)):
-        monkeypatch.setattr(kv_store, "_SPILL_MERGE_ROWS", spill_rows)
+        monkeypatch.setattr(segment_merge, "_SPILL_MERGE_ROWS", spill_rows)
         store = KvStore(str(tmp_path / name), SCHEMA, ("id",))
         rng = np.random.default_rng(3)
         for step in range(30):
@@ -134,7 +134,7 @@ def test_merge_order_equals_a_stable_argsort_of_the_runs(runs) -> None:
     """The k-way merge of sorted runs (newest first) orders equal hashes newest run first, like the stable sort
     it replaces (small values: many equal hashes across and within runs)."""
     arrays = [np.sort(np.array(r, dtype=np.uint64)) for r in runs]
-    order, merged = kv_store._merge_order(arrays)
+    order, merged = segment_merge._merge_order(arrays)
     concatenated = np.concatenate(arrays)
     assert order.tolist() == np.argsort(concatenated, kind="stable").tolist()
     assert merged.tolist() == sorted(concatenated.tolist())

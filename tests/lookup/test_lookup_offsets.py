@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fluss_lake as fl
-from fluss_lake.kv import compactor, kv_store
+from fluss_lake.kv import compactor, kv_store, segment, segment_merge
 
 _SCHEMA = {"customer": "INT", "order_id": "STRING", "amount": "INT"}
 _KEY = ["customer", "order_id"]
@@ -60,7 +60,7 @@ def test_lookup_offsets_are_the_last_changelog_record_of_each_row(tmp_path_facto
                                                                    flush_every) -> None:
     monkeypatch.setattr(kv_store, "_MIN_TIER_ROWS", 2)
     monkeypatch.setattr(kv_store, "MEMTABLE_BATCHES", 3)  # memtable merges and flushes to files, then file merges
-    monkeypatch.setattr(kv_store, "_SPILL_MERGE_ROWS", 6)  # the big-merge path too
+    monkeypatch.setattr(segment_merge, "_SPILL_MERGE_ROWS", 6)  # the big-merge path too
     path = tmp_path_factory.mktemp("off")
     conn = fl.connect(path)
     conn.create_database("d")
@@ -74,7 +74,7 @@ def test_lookup_offsets_are_the_last_changelog_record_of_each_row(tmp_path_facto
             table.delete(deletes)
         if flush_every and i % flush_every == 0:
             for bucket in range(2):
-                table.kv_tablet(bucket).kv.flush_memtable()
+                table._tablets().kv_tablet(bucket).kv.flush_memtable()
     compactor.drain()
     if not _last_changes(table).height:
         return
@@ -82,7 +82,7 @@ def test_lookup_offsets_are_the_last_changelog_record_of_each_row(tmp_path_facto
     reader = fl.connect(path).get_table("d.o")  # another connection: catches up from snapshots and the changelog
     _check(reader)
     for bucket in range(2):
-        table.kv_tablet(bucket).compact()  # a full compaction, then a snapshot
+        table._tablets().kv_tablet(bucket).compact()  # a full compaction, then a snapshot
     _check(table)
     _check(fl.connect(path).get_table("d.o"))
 
@@ -116,7 +116,7 @@ def test_segments_without_offsets_read_as_unknown(tmp_path) -> None:
     order = np.argsort(hashes)
     old = frame[order].to_arrow().append_column(kv_store.HASH_COLUMN, pa.array(hashes[order]))
     old = old.append_column(kv_store.TOMB_COLUMN, pa.array(np.zeros(3, np.uint8)))
-    store.adopt([kv_store.write_segment(store.directory, old)])
+    store.adopt([segment.write_segment(store.directory, old)])
     assert kv_store.OFFSET_COLUMN not in store.segments[0].table.column_names
     store.apply(np.array([40], dtype=np.uint64), pl.DataFrame({"id": [4], "v": [40]}), np.array([False]), 0,
                 offsets=np.array([7]))

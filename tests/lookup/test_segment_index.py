@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import fluss_lake as fl
 from fluss_lake.keys import index_hash as key_index
-from fluss_lake.kv import _kernels, kv_store, kv_tablet  # type: ignore[attr-defined]
-from fluss_lake.kv.kv_store import SegmentIndex
+from fluss_lake.kv import _kernels, kv_tablet, segment  # type: ignore[attr-defined]
+from fluss_lake.kv.segment import SegmentIndex
 
 U64 = st.integers(0, 2**64 - 1)
 
@@ -88,7 +88,7 @@ def test_index_of_an_empty_column_and_its_size() -> None:
 @pytest.fixture
 def always_indexed(monkeypatch):
     """Index every file segment, however small (the default skips segments under 2,048 rows)."""
-    monkeypatch.setattr(kv_store, "_INDEX_MIN_ROWS", 1)
+    monkeypatch.setattr(segment, "_INDEX_MIN_ROWS", 1)
 
 
 def _table(path, **create) -> fl.Table:
@@ -131,7 +131,7 @@ def test_indexed_lookups_equal_a_model(always_indexed, tmp_path_factory, batches
         if step % 4 == 3:
             table.snapshot()  # memtable -> file segments, merged when a tier fills
     table.snapshot()
-    files = [s for b in range(buckets) for s in table.kv_tablet(b).kv.segments if s.on_disk and s.rows]
+    files = [s for b in range(buckets) for s in table._tablets().kv_tablet(b).kv.segments if s.on_disk and s.rows]
     assert all(s.index() is not None for s in files)
     _check(table, expected, list(range(0, 420, 3)) + list(range(400, -1, -7)))
     table.compact()
@@ -170,7 +170,7 @@ def test_fully_deleted_state_leaves_empty_segments_that_lookups_skip(always_inde
     table.snapshot()
     table.delete(pl.DataFrame({"id": [1, 2, 3]}))
     table.compact()
-    assert all(s.rows == 0 for s in table.kv_tablet(0).kv.segments)
+    assert all(s.rows == 0 for s in table._tablets().kv_tablet(0).kv.segments)
     _check(table, {}, [1, 2, 3, 4])
 
 
@@ -180,7 +180,7 @@ import polars as pl
 import fluss_lake as fl
 args = json.loads(sys.argv[1])
 table = fl.connect(args["path"]).get_table("d.t")
-kv = table.kv_tablet(0).kv
+kv = table._tablets().kv_tablet(0).kv
 looked = table.new_lookup().lookup(pl.DataFrame({"id": args["probe"]}), with_found=True)
 ones = [table.new_lookup().lookup_one({"id": k}) for k in args["probe"][:50]]
 print(json.dumps({"rows": looked.select("id", "v", "n", "x", "_found").rows(), "ones": ones,
@@ -226,7 +226,7 @@ def test_point_readers_read_what_arrow_scalars_read(kind, values, with_null, cut
 
     import pyarrow as pa
 
-    from fluss_lake.kv.kv_store import _point_reader
+    from fluss_lake.kv.segment import _point_reader
 
     convert = {"int64": lambda v: v, "int32": lambda v: v, "int8": lambda v: v % 128, "float64": lambda v: v / 7,
                "string": lambda v: "" if v % 3 == 0 else f"ü{v}", "large_string": lambda v: "" if v % 2 else str(v),

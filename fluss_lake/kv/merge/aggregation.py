@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from fluss_lake.kv.merge.aggregators import DEFAULT_AGG_FUNCTION, AggregateFunction, create_aggregator
-from fluss_lake.kv.merge.default import (
+from fluss_lake.kv.merge.last_row import (
     DELETE,
     EXISTS,
     UPSERT,
@@ -22,15 +22,14 @@ from fluss_lake.kv.merge.default import (
     round_frame,
     upsert_outcome,
 )
+from fluss_lake.kv.merge.merge_spec import AggSpec, MergeSpec
 from fluss_lake.kv.merge.row_merger import (
     EMIT_DELETE,
     EMIT_INSERT,
     EMIT_NOTHING,
     EMIT_UPDATE,
-    AggSpec,
     MergeOutcome,
     MergeRound,
-    MergeSpec,
 )
 
 __all__ = ["AggregationMerger"]

@@ -16,7 +16,7 @@ import pyarrow as pa
 from pyroaring import BitMap, BitMap64
 
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
-from fluss_lake.kv.merge.row_merger import AggSpec
+from fluss_lake.kv.merge.merge_spec import DEFAULT_AGG_FUNCTION, AggSpec
 
 __all__ = [
     "AGG_FUNCTIONS",
@@ -47,8 +47,6 @@ AGG_FUNCTIONS: tuple[str, ...] = (
     "rbm32",
     "rbm64",
 )
-#: Function of a non-key column that declares none.
-DEFAULT_AGG_FUNCTION = "last_value_ignore_nulls"
 #: ``fields.<col>.listagg.delimiter`` when unset.
 DEFAULT_LISTAGG_DELIMITER = ","
 

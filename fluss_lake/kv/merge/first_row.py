@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from fluss_lake.kv.merge.default import (
+from fluss_lake.kv.merge.last_row import (
     EXISTS,
     UPSERT,
     emit_code,
@@ -15,7 +15,8 @@ from fluss_lake.kv.merge.default import (
     reject_disabled_deletes,
     round_frame,
 )
-from fluss_lake.kv.merge.row_merger import EMIT_INSERT, EMIT_NOTHING, MergeOutcome, MergeRound, MergeSpec
+from fluss_lake.kv.merge.merge_spec import MergeSpec
+from fluss_lake.kv.merge.row_merger import EMIT_INSERT, EMIT_NOTHING, MergeOutcome, MergeRound
 
 __all__ = ["FirstRowMerger"]
 

@@ -9,9 +9,10 @@ from typing import Literal, cast
 from fluss_lake.exceptions import InvalidConfigError, InvalidPartialUpdateError, UnsupportedMergeEngineError
 from fluss_lake.kv.merge.aggregation import AggregationMerger
 from fluss_lake.kv.merge.aggregators import validate_aggregation
-from fluss_lake.kv.merge.default import LastRowMerger, refuse_delete_allow
 from fluss_lake.kv.merge.first_row import FirstRowMerger
-from fluss_lake.kv.merge.row_merger import DeleteBehavior, MergeEngineName, MergeMode, MergeSpec, RowMerger
+from fluss_lake.kv.merge.last_row import LastRowMerger, refuse_delete_allow
+from fluss_lake.kv.merge.merge_spec import DeleteBehavior, MergeEngineName, MergeSpec
+from fluss_lake.kv.merge.row_merger import MergeMode, RowMerger
 from fluss_lake.kv.merge.versioned import VersionedMerger, check_version_column
 
 __all__ = [

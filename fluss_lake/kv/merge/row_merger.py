@@ -9,15 +9,13 @@ tablet turns that into ``+I / -U / +U / -D`` records at dense offsets (and appli
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import polars as pl
 
 __all__ = [
-    "AggSpec",
-    "MergeSpec",
+    "MergeMode",
     "MergeRound",
     "MergeOutcome",
     "RowMerger",
@@ -27,8 +25,6 @@ __all__ = [
     "EMIT_DELETE",
 ]
 
-MergeEngineName = Literal["first_row", "versioned", "aggregation"]
-DeleteBehavior = Literal["allow", "ignore", "disable"]
 MergeMode = Literal["default", "overwrite"]
 
 #: ``emit`` codes of a :class:`MergeOutcome` row.
@@ -36,28 +32,6 @@ EMIT_NOTHING = 0  # no changelog record (no-op, ignored delete, absent key...)
 EMIT_INSERT = 1  # +I(after)
 EMIT_UPDATE = 2  # -U(old) then +U(after), at two consecutive offsets
 EMIT_DELETE = 3  # -D(old)
-
-
-@dataclass(frozen=True, slots=True)
-class AggSpec:
-    """One column's aggregate function (``fields.<col>.agg``) and its parameters (``fields.<col>.<fn>.<p>``)."""
-
-    function: str
-    params: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class MergeSpec:
-    """What a merger needs to know about the table; built from the validated table descriptor."""
-
-    columns: tuple[str, ...]  # every column, in table order
-    dtypes: Mapping[str, pl.DataType]
-    nullable: Mapping[str, bool]
-    primary_key: tuple[str, ...]
-    merge_engine: MergeEngineName | None = None  # None = default (last row, partial update)
-    delete_behavior: DeleteBehavior = "allow"
-    version_column: str | None = None  # table.merge-engine.versioned.ver-column
-    aggregations: Mapping[str, AggSpec] = field(default_factory=dict)  # non-PK columns without entry: last_value_ignore_nulls
 
 
 @dataclass(frozen=True, slots=True)

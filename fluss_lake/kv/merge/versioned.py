@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError
-from fluss_lake.kv.merge.default import (
+from fluss_lake.kv.merge.last_row import (
     EXISTS,
     UPSERT,
     emit_code,
@@ -16,13 +16,13 @@ from fluss_lake.kv.merge.default import (
     reject_disabled_deletes,
     round_frame,
 )
+from fluss_lake.kv.merge.merge_spec import MergeSpec
 from fluss_lake.kv.merge.row_merger import (
     EMIT_INSERT,
     EMIT_NOTHING,
     EMIT_UPDATE,
     MergeOutcome,
     MergeRound,
-    MergeSpec,
 )
 
 __all__ = ["VERSION_COLUMN_TYPES", "VersionedMerger", "check_version_column"]

@@ -13,15 +13,14 @@ import numpy as np
 import polars as pl
 
 from fluss_lake.exceptions import DeletionDisabledError, InvalidConfigError
+from fluss_lake.kv.merge.merge_spec import DeleteBehavior, MergeSpec
 from fluss_lake.kv.merge.row_merger import (
     EMIT_DELETE,
     EMIT_INSERT,
     EMIT_NOTHING,
     EMIT_UPDATE,
-    DeleteBehavior,
     MergeOutcome,
     MergeRound,
-    MergeSpec,
 )
 
 __all__ = ["LastRowMerger"]
