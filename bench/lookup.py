@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> None:
             table.upsert(make_rows(start, min(start + args.preload_batch, n)))
         compactor.drain()  # merge the preload's segments before the snapshot names them
         table.snapshot()
-        segs = [s.rows for b in range(args.buckets) for s in table.kv_tablet(b).kv.segments]
+        segs = [s.rows for b in range(args.buckets) for s in table._tablets().kv_tablet(b).kv.segments]
         log(f"ours: wrote {n:,} rows in {time.perf_counter() - t0:.1f} s; segments {segs}")
         t0 = time.perf_counter()
         d = dict_rows(n)

@@ -56,6 +56,7 @@ from bench._common import (
 )
 from tiering import Lake, TieringService, compact_table, tier_table
 from tiering.schema import lake_arrow_schema, to_lake_rows
+from fluss_lake.keys.bucketing import buckets_of
 
 BENCH = "tiering"
 FULL_ROWS = 1_000_000
@@ -166,7 +167,7 @@ def _pk_contenders(live: fl.Table, lake: Lake, peer_table: Any, target: pa.Schem
 
     def peer(r: int) -> float:
         frame = batches[r]
-        rows = frame.with_columns(pl.Series("__bucket", (bucketing or live).buckets_of(frame)).cast(pl.Int32),
+        rows = frame.with_columns(pl.Series("__bucket", buckets_of((bucketing or live).info, frame)).cast(pl.Int32),
                                   pl.lit(0, pl.Int64).alias("__offset"),
                                   pl.lit(0, pl.Int64).cast(pl.Datetime("us", "UTC")).alias("__timestamp"))
         arrow = rows.to_arrow().cast(target)

@@ -163,7 +163,7 @@ class Ours:
         return time.perf_counter() - start
 
     def segments(self) -> list[int]:
-        return [s.rows for b in range(self.table.bucket_num) for s in self.table.kv_tablet(b).kv.segments]
+        return [s.rows for b in range(self.table.bucket_num) for s in self.table._tablets().kv_tablet(b).kv.segments]
 
 
 class Duck:

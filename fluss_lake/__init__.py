@@ -17,7 +17,7 @@ Examples
 """
 
 from fluss_lake import jobs
-from fluss_lake.catalog import Connection, connect
+from fluss_lake.connection import Connection, connect
 from fluss_lake.exceptions import *  # noqa: F403 - the exception tree is public
 from fluss_lake.exceptions import __all__ as _exceptions
 from fluss_lake.metadata.descriptor import TableDescriptor, TableInfo

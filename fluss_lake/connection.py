@@ -1,14 +1,12 @@
-"""Connections and the catalog: databases and tables kept as small immutable JSON objects in the store.
+"""Connections: a handle on a store with the admin verbs (databases, tables, partitions) and its tables.
 
-Creating a table is an atomic create of its first metadata version; each ALTER adds the next version with the
-same primitive, so concurrent admins in many processes never overwrite each other.
+A connection keeps one :class:`~fluss_lake.table.Table` per table, so every handle of a table in this process
+shares its tablets; the catalog (:mod:`fluss_lake.catalog`) keeps the metadata in the store.
 """
 
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -16,25 +14,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fluss_lake import options as opt
-from fluss_lake.exceptions import (DatabaseAlreadyExistError, DatabaseNotEmptyError, DatabaseNotExistError,
-                                   InvalidAlterError, InvalidConfigError, InvalidPartitionError,
-                                   PartitionAlreadyExistError, PartitionNotExistError, TableAlreadyExistError,
-                                   TableNotExistError, TooManyPartitionsError, UnsupportedOperationError)
+from fluss_lake.catalog import Catalog
+from fluss_lake.exceptions import DatabaseNotEmptyError, DatabaseNotExistError, InvalidConfigError, TableNotExistError
 from fluss_lake.io.store import ObjectStore, open_store
 from fluss_lake.metadata.descriptor import TableDescriptor, TableInfo
-from fluss_lake.metadata.partition import PartitionInfo, spec_of
+from fluss_lake.metadata.partition import PartitionInfo
 from fluss_lake.metadata.schema import Schema
-from fluss_lake.metadata.table_path import TablePath, check_name
+from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.metadata.types import DataTypeLike
+from fluss_lake.runtime.context import RuntimeContext
+from fluss_lake.runtime.table_runtime import TableRuntime
+from fluss_lake.table import Table
 
 __all__ = ["Connection", "connect", "DEFAULT_URL_ENV"]
 
 DEFAULT_URL_ENV = "FLUSS_LAKE_URL"
 _DEFAULT_DIR = "fluss-lake-data"
-_DB_MARKER = "_database.json"
-_META = "_meta"
-_PARTITIONS = "_partitions"
 
 
 def _system_clock() -> int:
@@ -54,42 +49,78 @@ class Connection:
     ['shop']
     """
 
+
     def __init__(self, store: ObjectStore, *, local_dir: str | None = None, clock: Callable[[], int] | None = None,
                  snapshot_every: int = 1_000_000, dynamic_partition_creation: bool = True,
-                 max_partition_num: int = 1000, log_compaction_grace_ms: int = 600_000) -> None:
-        self.store = store
-        self.log_compaction_grace_ms = log_compaction_grace_ms
-        self.dynamic_partition_creation = dynamic_partition_creation
-        self.max_partition_num = max_partition_num
-        self.clock = clock or _system_clock
-        self.snapshot_every = snapshot_every
+                 max_partition_num: int = 1000, log_compaction_grace_ms: int = 600_000,
+                 default_lake_format: str | None = None) -> None:
         if local_dir is None:
             local_dir = tempfile.mkdtemp(prefix="fluss-lake-state-")
             atexit.register(shutil.rmtree, local_dir, True)
-        self.local_dir = local_dir
-        self._tables: dict[str, Any] = {}
+        self.catalog = Catalog(store, clock=clock or _system_clock, max_partition_num=max_partition_num,
+                               default_lake_format=default_lake_format)
+        self._context = RuntimeContext(self.catalog, local_dir, snapshot_every=snapshot_every,
+                                       log_compaction_grace_ms=log_compaction_grace_ms,
+                                       dynamic_partition_creation=dynamic_partition_creation)
+        self._tables: dict[str, Table] = {}
+
+    @property
+    def store(self) -> ObjectStore:
+        """The object store."""
+        return self.catalog.store
 
     @property
     def url(self) -> str:
         """Where the store lives."""
         return self.store.url
 
+    @property
+    def clock(self) -> Callable[[], int]:
+        """Epoch-millisecond clock of commit timestamps."""
+        return self.catalog.clock
+
+    @property
+    def local_dir(self) -> str:
+        """Where primary-key state segments of this process live."""
+        return self._context.local_dir
+
+    @property
+    def snapshot_every(self) -> int:
+        """Applied log offsets between two state snapshots of a bucket."""
+        return self._context.snapshot_every
+
+    @property
+    def log_compaction_grace_ms(self) -> int:
+        """Age below which log batches are not compacted."""
+        return self._context.log_compaction_grace_ms
+
+    @property
+    def dynamic_partition_creation(self) -> bool:
+        """Whether writes create missing partitions."""
+        return self._context.dynamic_partition_creation
+
+    @property
+    def max_partition_num(self) -> int:
+        """Most partitions a table may have."""
+        return self.catalog.max_partition_num
+
+    @property
+    def default_lake_format(self) -> str | None:
+        """The ``datalake.format`` stamped on new tables."""
+        return self.catalog.default_lake_format
+
     # ------------------------------------------------------------ databases
     def create_database(self, name: str, *, ignore_if_exists: bool = False, comment: str | None = None) -> None:
         """Create a database."""
-        check_name("database", name)
-        body = json.dumps({"name": name, "comment": comment, "created_ms": self.clock()}).encode()
-        if not self.store.put_if_absent(f"{name}/{_DB_MARKER}", body) and not ignore_if_exists:
-            raise DatabaseAlreadyExistError(f"database {name!r} exists already; pass ignore_if_exists=True to reuse it")
+        self.catalog.create_database(name, ignore_if_exists=ignore_if_exists, comment=comment)
 
     def database_exists(self, name: str) -> bool:
         """Whether the database exists."""
-        check_name("database", name)
-        return self.store.exists(f"{name}/{_DB_MARKER}")
+        return self.catalog.database_exists(name)
 
     def list_databases(self) -> list[str]:
         """Database names, sorted."""
-        return [n for n in self.store.list("") if not n.startswith(".") and self.store.exists(f"{n}/{_DB_MARKER}")]
+        return self.catalog.list_databases()
 
     def drop_database(self, name: str, *, ignore_if_not_exists: bool = False, cascade: bool = False) -> None:
         """Drop a database (with its tables when `cascade`)."""
@@ -102,27 +133,16 @@ class Connection:
             raise DatabaseNotEmptyError(f"database {name!r} still has tables {tables}; drop them or pass cascade=True")
         for table in tables:
             self.drop_table(TablePath(name, table), ignore_if_not_exists=True)
-        self.store.delete_prefix(name)
+        self.catalog.drop_database(name)
 
     # ------------------------------------------------------------ tables
-    def _require_database(self, name: str) -> None:
-        if not self.database_exists(name):
-            raise DatabaseNotExistError(f"database {name!r} does not exist; create it with create_database({name!r})")
-
     def list_tables(self, database: str) -> list[str]:
         """Table names of a database, sorted."""
-        self._require_database(database)
-        return [n for n in self.store.list(database) if n != _DB_MARKER and not n.startswith(".")
-                and self._versions(TablePath(database, n))]
-
-    def _versions(self, path: TablePath) -> list[int]:
-        """Metadata version numbers of a table, ascending."""
-        return sorted(int(n.split(".")[0][1:]) for n in self.store.list(f"{path.database}/{path.table}/{_META}")
-                      if n.startswith("v") and n.endswith(".json"))
+        return self.catalog.list_tables(database)
 
     def table_exists(self, path: str | TablePath) -> bool:
         """Whether the table exists."""
-        return bool(self._versions(TablePath.of(path)))
+        return self.catalog.table_exists(TablePath.of(path))
 
     def create_table(self, path: str | TablePath, descriptor: TableDescriptor | None = None, *,
                      schema: Schema | Mapping[str, DataTypeLike] | None = None, primary_key: Sequence[str] = (),
@@ -140,7 +160,6 @@ class Connection:
         >>> info.bucket_num, info.options["table.delete.behavior"]
         (4, 'allow')
         """
-        path = TablePath.of(path)
         if descriptor is None:
             if schema is None:
                 raise InvalidConfigError("create_table needs a TableDescriptor or a schema")
@@ -151,43 +170,11 @@ class Connection:
               or comment is not None or partition_keys):
             raise InvalidConfigError("pass either a TableDescriptor or schema/primary_key/bucket_num/bucket_keys/"
                                      "options/comment/partition_keys keywords, not both")
-        self._require_database(path.database)
-        descriptor = descriptor.validated()
-        if self.default_lake_format and opt.DATALAKE_FORMAT not in descriptor.options:
-            descriptor = dataclasses.replace(descriptor, options={**descriptor.options,
-                                                                  opt.DATALAKE_FORMAT: self.default_lake_format})
-            descriptor = descriptor.validated()
-        info = TableInfo.new(path, descriptor)
-        if not self.store.put_if_absent(self._meta_key(path, 0), json.dumps(info.to_json()).encode()):
-            if ignore_if_exists:
-                return self.get_table_info(path)
-            raise TableAlreadyExistError(f"table {path} exists already; pass ignore_if_exists=True or drop it first")
-        self.store.put_if_absent(self.table_marker(info), info.table_id.encode())
-        return info
-
-    def table_marker(self, info: TableInfo) -> str:
-        """An object that exists exactly while this incarnation of the table does (checked before commits)."""
-        return f"{self.table_prefix(info)}/_table_id"
-
-    def check_table_alive(self, info: TableInfo) -> None:
-        """Raise TableNotExistError if the table was dropped (or dropped and created anew) since `info` was read."""
-        if not self.store.exists(self.table_marker(info)):
-            raise TableNotExistError(f"table {info.path} was dropped (or re-created) after this Table object was "
-                                     "opened; get_table() it again")
-
-    default_lake_format: str | None = None
-
-    @staticmethod
-    def _meta_key(path: TablePath, version: int) -> str:
-        return f"{path.database}/{path.table}/{_META}/v{version:06d}.json"
+        return self.catalog.create_table(TablePath.of(path), descriptor, ignore_if_exists=ignore_if_exists)
 
     def get_table_info(self, path: str | TablePath) -> TableInfo:
         """The table's current metadata."""
-        path = TablePath.of(path)
-        versions = self._versions(path)
-        if not versions:
-            raise TableNotExistError(f"table {path} does not exist; list_tables({path.database!r}) shows what does")
-        return TableInfo.from_json(json.loads(self.store.get(self._meta_key(path, versions[-1]))))
+        return self.catalog.get_table_info(TablePath.of(path))
 
     def drop_table(self, path: str | TablePath, *, ignore_if_not_exists: bool = False) -> None:
         """Drop a table with its log and state."""
@@ -198,150 +185,51 @@ class Connection:
             raise TableNotExistError(f"table {path} does not exist")
         info = self.get_table_info(path)
         self._tables.pop(info.table_id, None)
-        self.store.delete_prefix(f"{path.database}/{path.table}")
+        self.catalog.drop_table(path)
 
     def alter_table(self, path: str | TablePath, *, add_columns: Mapping[str, DataTypeLike] | None = None,
                     set_options: Mapping[str, object] | None = None, reset_options: Sequence[str] = ()) -> TableInfo:
         """Add nullable columns at the end and/or change alterable options (Fluss's ALTER TABLE)."""
-        path = TablePath.of(path)
-        for key in [*(set_options or {}), *reset_options]:
-            if key not in opt.ALTERABLE_OPTIONS:
-                raise InvalidAlterError(f"option {key!r} cannot be altered after creation; alterable options are "
-                                        f"{sorted(opt.ALTERABLE_OPTIONS)}")
-        for _ in range(100):
-            versions = self._versions(path)
-            if not versions:
-                raise TableNotExistError(f"table {path} does not exist")
-            info = self.get_table_info(path)
-            schema = info.schema
-            for name, dtype in (add_columns or {}).items():
-                schema = schema.add_column(name, dtype)
-            new_options = {k: v for k, v in info.options.items() if k not in reset_options}
-            new_options.update(opt.normalize_options(set_options or {}))
-            descriptor = dataclasses.replace(info.descriptor, schema=schema, options=new_options).validated()
-            new_info = dataclasses.replace(info, descriptor=descriptor, modified_ms=self.clock())
-            if self.store.put_if_absent(self._meta_key(path, versions[-1] + 1), json.dumps(new_info.to_json()).encode()):
-                cached = self._tables.get(info.table_id)
-                if cached is not None:
-                    cached._reload(new_info)
-                return new_info
-        raise InvalidAlterError(f"table {path} kept changing while altering it; try again")
+        new_info = self.catalog.alter_table(TablePath.of(path), add_columns=add_columns, set_options=set_options,
+                                            reset_options=reset_options)
+        cached = self._tables.get(new_info.table_id)
+        if cached is not None:
+            cached._runtime.reload(new_info)
+        return new_info
 
-    def get_table(self, path: str | TablePath):  # -> Table (import cycle avoided)
+    def get_table(self, path: str | TablePath) -> Table:
         """A :class:`~fluss_lake.table.Table` to write, scan and look up (one per table per connection)."""
-        from fluss_lake.table import Table
-
         info = self.get_table_info(path)
         table = self._tables.get(info.table_id)
         if table is None:
-            table = self._tables[info.table_id] = Table(self, info)
+            table = self._tables[info.table_id] = Table(self, TableRuntime(self._context, info))
         elif table.info.descriptor != info.descriptor:
-            table._reload(info)
+            table._runtime.reload(info)
         return table
 
-    def table_prefix(self, info: TableInfo) -> str:
-        """Where a table's log and state live in the store."""
-        return f"{info.path.database}/{info.path.table}/data-{info.table_id}"
-
     # ------------------------------------------------------------ partitions
-    def partition_prefix(self, info: TableInfo, partition: PartitionInfo) -> str:
-        """Where one partition's log and state live (a fresh id per creation, so a re-created name starts empty)."""
-        return f"{self.table_prefix(info)}/part-{partition.partition_id}"
-
-    def partition_marker(self, info: TableInfo, partition: PartitionInfo) -> str:
-        """An object that exists exactly while this incarnation of the partition does."""
-        return f"{self.partition_prefix(info, partition)}/_partition_id"
-
-    def _partition_key(self, info: TableInfo, name: str) -> str:
-        return f"{self.table_prefix(info)}/{_PARTITIONS}/{name}.json"
-
-    @staticmethod
-    def _require_partitioned(info: TableInfo) -> None:
-        if not info.partition_keys:
-            raise UnsupportedOperationError(f"table {info.path} is not partitioned; partitions need partition_keys "
-                                            "at creation")
-
-    def _get_or_none(self, key: str) -> bytes | None:
-        try:
-            return self.store.get(key)
-        except FileNotFoundError:
-            return None
-
     def list_partitions(self, path: str | TablePath) -> list[PartitionInfo]:
         """The partitions of a partitioned table, by name."""
-        info = self.get_table_info(path)
-        self._require_partitioned(info)
-        names = sorted(n[: -len(".json")] for n in self.store.list(f"{self.table_prefix(info)}/{_PARTITIONS}")
-                       if n.endswith(".json"))
-        found = []
-        for name in names:
-            body = self._get_or_none(self._partition_key(info, name))
-            if body is not None:
-                found.append(PartitionInfo.from_json(json.loads(body)))
-        return found
+        return self.catalog.list_partitions(self.get_table_info(path))
 
     def get_partition(self, path: str | TablePath, spec: str | Mapping[str, object]) -> PartitionInfo:
         """One partition by name (``"eu$20241111"``) or spec (``{"region": "eu", "day": "20241111"}``)."""
-        info = self.get_table_info(path)
-        self._require_partitioned(info)
-        name = "$".join(spec_of(info.partition_keys, spec).values())
-        body = self._get_or_none(self._partition_key(info, name))
-        if body is None:
-            raise PartitionNotExistError(f"partition {name!r} of {info.path} does not exist; create_partition() it or "
-                                         "write rows with those values (dynamic creation)")
-        return PartitionInfo.from_json(json.loads(body))
+        return self.catalog.get_partition(self.get_table_info(path), spec)
 
     def create_partition(self, path: str | TablePath, spec: str | Mapping[str, object], *,
-                         ignore_if_exists: bool = False, _now_ms: int | None = None) -> PartitionInfo:
+                         ignore_if_exists: bool = False) -> PartitionInfo:
         """Create a partition (Fluss's ``ALTER TABLE ... ADD PARTITION``); rejects values past auto-partition retention."""
-        from fluss_lake.metadata.auto_partition import AutoPartitionStrategy
-
-        info = self.get_table_info(path)
-        self._require_partitioned(info)
-        resolved = spec_of(info.partition_keys, spec)
-        now = self.clock() if _now_ms is None else _now_ms
-        partition = PartitionInfo.new(info.partition_keys, resolved, created_ms=now)
-        strategy = AutoPartitionStrategy.from_options(info.options, info.partition_keys,
-                                                      {c.name: c.dtype for c in info.schema.columns})
-        if strategy is not None and strategy.enabled and strategy.is_expired(resolved[strategy.key], now):
-            raise InvalidPartitionError(f"partition {partition.name!r} of {info.path} is past the auto-partition "
-                                        f"retention (values below {strategy.cutoff(now)!r} are dropped); it cannot be "
-                                        "created")
-        existing = self._get_or_none(self._partition_key(info, partition.name))
-        if existing is None and len(self.store.list(f"{self.table_prefix(info)}/{_PARTITIONS}")) >= self.max_partition_num:
-            raise TooManyPartitionsError(f"{info.path} has {self.max_partition_num} partitions already "
-                                         "(max_partition_num); drop old ones or raise the limit in connect()")
-        if existing is None:
-            self.store.put(self.partition_marker(info, partition), partition.partition_id.encode())
-            if self.store.put_if_absent(self._partition_key(info, partition.name), json.dumps(partition.to_json()).encode()):
-                return partition
-            self.store.delete_prefix(self.partition_prefix(info, partition))  # another process won the race
-        if ignore_if_exists:
-            return self.get_partition(path, partition.name)
-        raise PartitionAlreadyExistError(f"partition {partition.name!r} of {info.path} exists already; pass "
-                                         "ignore_if_exists=True to reuse it")
+        return self.catalog.create_partition(self.get_table_info(path), spec, ignore_if_exists=ignore_if_exists)
 
     def drop_partition(self, path: str | TablePath, spec: str | Mapping[str, object], *,
                        ignore_if_not_exists: bool = False) -> None:
         """Drop a partition with its log and state; no delete records are written (Fluss's DROP PARTITION)."""
         info = self.get_table_info(path)
-        try:
-            partition = self.get_partition(path, spec)
-        except PartitionNotExistError:
-            if ignore_if_not_exists:
-                return
-            raise
-        self.store.delete(self._partition_key(info, partition.name))
-        self.store.delete_prefix(self.partition_prefix(info, partition))
         cached = self._tables.get(info.table_id)
         if cached is not None:
-            cached._forget_partition(partition.name)
-
-    def check_partition_alive(self, info: TableInfo, partition: PartitionInfo) -> None:
-        """Raise PartitionNotExistError if the partition was dropped since `partition` was read."""
-        if not self.store.exists(self.partition_marker(info, partition)):
-            raise PartitionNotExistError(f"partition {partition.name!r} of {info.path} was dropped after it was "
-                                         "opened; write again to create it anew")
+            cached._runtime.drop_partition(spec, ignore_if_not_exists=ignore_if_not_exists)
+        else:
+            TableRuntime(self._context, info).drop_partition(spec, ignore_if_not_exists=ignore_if_not_exists)
 
 
 def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[str, Any] | None = None,
@@ -391,6 +279,6 @@ def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[st
         raise InvalidConfigError(f"datalake_format={datalake_format!r}: use 'iceberg' or None")
     connection = Connection(open_store(target, storage_options), local_dir=local_dir, clock=clock,
                             snapshot_every=snapshot_every, dynamic_partition_creation=dynamic_partition_creation,
-                            max_partition_num=max_partition_num, log_compaction_grace_ms=log_compaction_grace_ms)
-    connection.default_lake_format = datalake_format
+                            max_partition_num=max_partition_num, log_compaction_grace_ms=log_compaction_grace_ms,
+                            default_lake_format=datalake_format)
     return connection

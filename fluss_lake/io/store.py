@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 from fluss_lake.exceptions import StorageError, StorageUnavailableError
 from fluss_lake.io.files import fsync_dir, unlink_quietly
 
-__all__ = ["ObjectStore", "LocalStore", "FsspecStore", "open_store"]
+__all__ = ["ObjectStore", "LocalStore", "FsspecStore", "is_storage_unavailable", "open_store"]
 
 T = TypeVar("T")
 
@@ -161,6 +161,7 @@ class LocalStore:
         shutil.rmtree(self._path(prefix), ignore_errors=True)
 
 
+#: Exception class names (botocore, aiohttp, s3fs/fsspec, builtins) that mean the endpoint did not answer.
 _UNAVAILABLE_NAMES = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
                       "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError",
                       "FSTimeoutError")
@@ -168,24 +169,65 @@ _UNAVAILABLE_NAMES = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTim
 _UNAVAILABLE_CODES = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout",
                                 "RequestTimeoutException", "Throttling", "ThrottlingException",
                                 "500", "502", "503", "504"})
+#: HTTP client libraries whose connection, endpoint and timeout errors (by class name) mean "no answer".
+_CLIENT_MODULES = ("botocore", "aiobotocore", "aiohttp", "urllib3")
+_CLIENT_NAME_PARTS = ("Connect", "Timeout", "Endpoint")
+_UNAVAILABLE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT})
+#: What OSErrors of pyarrow's S3 filesystem (AWS SDK over curl) and of sockets say when the endpoint is gone.
+_UNAVAILABLE_MESSAGES = ("NETWORK_CONNECTION", "Could not connect", "timed out", "Connection refused",
+                         "Connection reset", "curlCode")
 
 
-def _is_unavailable(exc: BaseException) -> bool:
-    """Whether an exception (or its cause chain) means the endpoint did not answer, or answered 'try later'."""
-    seen = 0
-    while exc is not None and seen < 10:
-        if type(exc).__name__ in _UNAVAILABLE_NAMES or isinstance(exc, ConnectionError | TimeoutError):
+def is_storage_unavailable(exc: BaseException | None) -> bool:
+    """Whether an exception, or one in its ``__cause__`` / ``__context__`` chain, means the storage endpoint did
+    not answer or answered "try later" (so the same call may succeed when it is back).
+
+    It recognises connection and timeout errors (builtin, by errno, and botocore / aiobotocore / aiohttp / urllib3 /
+    s3fs classes), S3 answers with a 5xx status or a throttling code (botocore ``ClientError``), and pyarrow's S3
+    errors by their message (``AWS Error NETWORK_CONNECTION``, ``curlCode``, ``Could not connect``, ...).
+
+    Examples
+    --------
+    >>> is_storage_unavailable(ConnectionRefusedError(111, "Connection refused"))
+    True
+    >>> is_storage_unavailable(OSError("AWS Error NETWORK_CONNECTION during HeadObject operation: curlCode: 7"))
+    True
+    >>> try:
+    ...     try:
+    ...         raise TimeoutError("read timed out")
+    ...     except TimeoutError as exc:
+    ...         raise RuntimeError("commit failed") from exc
+    ... except RuntimeError as outer:
+    ...     is_storage_unavailable(outer)
+    True
+    >>> is_storage_unavailable(FileNotFoundError("no such key")), is_storage_unavailable(ValueError("timed out"))
+    (False, False)
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if _says_unavailable(exc):
             return True
-        if isinstance(exc, OSError) and exc.errno in (errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT):
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _says_unavailable(exc: BaseException) -> bool:
+    """Whether this one exception (not its chain) means the endpoint did not answer, or answered 'try later'."""
+    name, module = type(exc).__name__, type(exc).__module__
+    if isinstance(exc, ConnectionError | TimeoutError) or name in _UNAVAILABLE_NAMES or "Timeout" in name:
+        return True
+    if module.startswith(_CLIENT_MODULES) and any(part in name for part in _CLIENT_NAME_PARTS):
+        return True
+    if isinstance(exc, OSError) and (exc.errno in _UNAVAILABLE_ERRNOS
+                                     or any(text in str(exc) for text in _UNAVAILABLE_MESSAGES)):
+        return True
+    response = getattr(exc, "response", None)  # botocore ClientError: a 5xx or throttling answer
+    if isinstance(response, Mapping):
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        code = str((response.get("Error") or {}).get("Code", ""))
+        if (isinstance(status, int) and status >= 500) or code in _UNAVAILABLE_CODES:
             return True
-        response = getattr(exc, "response", None)  # botocore ClientError: a 5xx or throttling answer
-        if isinstance(response, Mapping):
-            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            code = str((response.get("Error") or {}).get("Code", ""))
-            if (isinstance(status, int) and status >= 500) or code in _UNAVAILABLE_CODES:
-                return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-        seen += 1
     return False
 
 
@@ -285,7 +327,7 @@ class FsspecStore:
         except (FileExistsError, StorageError):
             raise
         except Exception as exc:  # noqa: BLE001 - classified below
-            if _is_unavailable(exc):
+            if is_storage_unavailable(exc):
                 outcome = ("the request may or may not have reached the store; re-read before relying on either"
                            if what in _WRITES else "nothing was changed")
                 raise StorageUnavailableError(

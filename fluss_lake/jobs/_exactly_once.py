@@ -11,17 +11,14 @@ moves the offsets past the range. The cost of a restart is the headers written s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from fluss_lake.exceptions import OffsetOutOfRangeError, PartitionNotExistError
-from fluss_lake.jobs.job import partition_names
-
-if TYPE_CHECKING:
-    from fluss_lake.jobs.job import Job
-    from fluss_lake.log.log_batch import BatchHeader
-    from fluss_lake.table import Table
+from fluss_lake.jobs.job import Job, partition_names
+from fluss_lake.keys.bucketing import buckets_of
+from fluss_lake.table import Table
 
 __all__ = ["begin_step", "finish_step", "pending_step", "write_once"]
 
@@ -91,17 +88,8 @@ def _committed_buckets(sink: Table, step: Mapping[str, Any], writer_id: str) -> 
             key = (name, bucket)
             start = marks.get(key, 0) if same else 0
             try:
-                tablet = part.log_tablet(bucket)
-                if tablet.refresh() <= start:
-                    continue
-
-                def seen(header: BatchHeader, key: Key = key) -> bool:
-                    if header.writer_id == writer_id:
-                        done.add(key)
-                    return False  # never decode the rows
-
-                for _ in tablet.read(start, header_filter=seen):
-                    pass
+                if any(h.writer_id == writer_id for h in part.batch_headers(bucket, start_offset=start)):
+                    done.add(key)
             except (PartitionNotExistError, OffsetOutOfRangeError):
                 if part.partition_info is None:
                     raise
@@ -111,7 +99,7 @@ def _committed_buckets(sink: Table, step: Mapping[str, Any], writer_id: str) -> 
 
 def _row_keys(sink: Table, rows: pl.DataFrame) -> pl.Series:
     """The (partition, bucket) of every row as a string "<partition>/<bucket>" (work per distinct partition)."""
-    buckets = pl.Series("b", sink.buckets_of(rows)).cast(pl.String)
+    buckets = pl.Series("b", buckets_of(sink.info, rows)).cast(pl.String)
     if not sink.is_partitioned:
         return pl.select(pl.lit("/") + buckets).to_series()
     part = partition_names(sink, rows)

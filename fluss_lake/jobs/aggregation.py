@@ -13,12 +13,12 @@ Sources: log tables, or primary-key tables when every function can be retracted 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError
+from fluss_lake.kv.merge import MergeSpec
 from fluss_lake.jobs._exactly_once import (
     begin_step,
     finish_step,
@@ -27,9 +27,8 @@ from fluss_lake.jobs._exactly_once import (
     write_once,
 )
 from fluss_lake.jobs.job import Job, JobReport, default_job_name
+from fluss_lake.table import Table
 
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
 
 __all__ = ["AGG_FUNCTIONS", "Aggregation"]
 
@@ -85,7 +84,7 @@ class Aggregation(Job):
         if set(result.schema.primary_key) != set(self.group_by):
             raise InvalidConfigError(f"group_by {list(self.group_by)} must be exactly the primary key "
                                      f"{list(result.schema.primary_key)} of {result.path}")
-        specs = result.merge_spec.aggregations
+        specs = MergeSpec.of(result.info).aggregations
         retracting = source.is_primary_key_table and source.info.options.get(opt.MERGE_ENGINE) != "first_row"
         for column, (function, src) in self.aggregates.items():
             if function not in AGG_FUNCTIONS:

@@ -15,20 +15,19 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fluss_lake.exceptions import JobConflictError
+from fluss_lake.io import layout
 from fluss_lake.metadata.table_path import check_name
+from fluss_lake.connection import Connection
 
-if TYPE_CHECKING:
-    from fluss_lake.catalog import Connection
 
 __all__ = ["BucketOffsets", "Checkpoint", "CheckpointStore"]
 
 #: (partition name or None, bucket) -> next offset to consume
 BucketOffsets = dict[tuple[str | None, int], int]
 
-_ROOT = ".jobs"
 _KEEP = 2
 
 
@@ -68,7 +67,7 @@ class CheckpointStore:
     def __init__(self, connection: Connection, name: str) -> None:
         self.store = connection.store
         self.name = check_name("job", name)
-        self.prefix = f"{_ROOT}/{name}"
+        self.prefix = layout.job_prefix(name)
 
     def _names(self) -> list[str]:
         return sorted(n for n in self.store.list(self.prefix) if n.startswith("ckpt-") and n.endswith(".json"))

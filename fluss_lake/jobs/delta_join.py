@@ -23,7 +23,6 @@ Everything written is an upsert or delete of the result key, so repeating a step
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -33,11 +32,10 @@ from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError
 from fluss_lake.jobs._expansion import PENDING, emit, expand, project
 from fluss_lake.jobs.job import Job, JobReport, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
+from fluss_lake.jobs.result_writes import write_changes
+from fluss_lake.table import Table
 
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
-
-__all__ = ["DeltaJoin", "write_changes"]
+__all__ = ["DeltaJoin"]
 
 _MAX_RACE_ROUNDS = 50
 #: Default step: a delta join keeps nothing between steps, so its memory follows the step; at 25k records per input
@@ -45,20 +43,6 @@ _MAX_RACE_ROUNDS = 50
 #: rows/s (fixed costs per step), still faster than the stateful join (``docs/JOBS.md``, "Choosing batch_rows").
 BATCH_ROWS = 25_000
 _DELETE_SLICE_ROWS = 262_144
-
-
-def write_changes(result: Table, upserts: pl.DataFrame, deletes: pl.DataFrame, *, skip_unchanged: bool = True) -> None:
-    """Upserts and deletes of distinct result keys as one write batch per bucket. With `skip_unchanged` a result
-    row equal to the current one writes nothing (a step repeated after a crash, or a row re-derived from a
-    probe, adds no changelog records)."""
-    if not upserts.height and not deletes.height:
-        return
-    writer = result.new_upsert(skip_unchanged=skip_unchanged)
-    if upserts.height:
-        writer.upsert(upserts)
-    if deletes.height:
-        writer.delete(deletes)
-    writer.flush()
 
 
 class DeltaJoin(Job):

@@ -17,7 +17,6 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -28,10 +27,10 @@ from fluss_lake.exceptions import (
     PartitionNotExistError,
 )
 from fluss_lake.jobs.checkpoint import BucketOffsets, Checkpoint, CheckpointStore
+from fluss_lake.metadata.partition import partition_names as metadata_partition_names
+from fluss_lake.connection import Connection
+from fluss_lake.table import Table
 
-if TYPE_CHECKING:
-    from fluss_lake.catalog import Connection
-    from fluss_lake.table import Table
 
 __all__ = ["Job", "JobReport"]
 
@@ -211,12 +210,16 @@ class Job:
                 continue
             offs = self.checkpoint.offsets[alias]
             starts, ends = {}, {}
+            latest: dict[int, int] | None = None
             for b in range(part.bucket_num):
                 if b in spans:
                     starts[b], ends[b] = spans[b]
                 else:  # read nothing of this bucket
                     at = offs.get((name, b))
-                    starts[b] = ends[b] = at if at is not None else part.log_tablet(b).refresh()
+                    if at is None:
+                        latest = part.end_offsets() if latest is None else latest
+                        at = latest[b]
+                    starts[b] = ends[b] = at
             try:
                 frames.append(part.scan_log(start_offsets=starts, end_offsets=ends, columns=list(columns),
                                             change_types=change_types))
@@ -228,8 +231,8 @@ class Job:
             return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
         if table.is_partitioned:
             return table.scan_log(end_offsets={}, columns=list(columns)).drop("_partition")
-        latest = {b: table.log_tablet(b).refresh() for b in range(table.bucket_num)}
-        return table.scan_log(start_offsets=latest, end_offsets=latest, columns=list(columns))
+        ends_now = table.end_offsets()
+        return table.scan_log(start_offsets=ends_now, end_offsets=ends_now, columns=list(columns))
 
     def _partition_alive(self, alias: str, part: Table) -> bool:
         """Whether the partition of this handle still exists (not dropped, not re-created under its name)."""
@@ -303,17 +306,8 @@ class Job:
 
 
 def partition_names(table: Table, frame: pl.DataFrame) -> pl.Series:
-    """The partition name of every row of `frame` (which holds the table's partition columns); work per distinct
-    partition, not per row."""
-    from fluss_lake.metadata.partition import partition_name, value_string
-
-    dtypes = table.merge_spec.dtypes
-    keys = list(table.partition_keys)
-    distinct = frame.select(keys).unique(maintain_order=True)
-    names = [partition_name([value_string(v, dtypes[k]) for k, v in zip(keys, values)]) for values in distinct.rows()]
-    named = distinct.with_columns(pl.Series("__partition_name", names, dtype=pl.String))
-    return frame.select(keys).join(named, on=keys, how="left", maintain_order="left",
-                                   nulls_equal=True).get_column("__partition_name")
+    """The partition name of every row of `frame` (which holds the table's partition columns)."""
+    return metadata_partition_names(frame, table.partition_keys, table.schema.polars_schema)
 
 
 def default_job_name(kind: str, target: Table | None, fallback: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import polars as pl
 
@@ -11,9 +11,8 @@ from fluss_lake.exceptions import InvalidConfigError, JoinNotSupportedError
 from fluss_lake.jobs.delta_join import DeltaJoin
 from fluss_lake.jobs.join_plan import Explanation, Join, JoinPlan
 from fluss_lake.jobs.stateful_join import StatefulJoin
+from fluss_lake.table import Table
 
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
 
 __all__ = ["explain_join", "join"]
 

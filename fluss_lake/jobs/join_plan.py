@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import polars as pl
 
+from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError
+from fluss_lake.table import Table
 
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
 
 __all__ = ["Edge", "Explanation", "Join", "JoinPlan"]
 
@@ -107,7 +107,7 @@ def index_columns(table: Table) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The indexes of a primary-key table: its primary key (a lookup; on a partitioned table it includes the
     partition columns) and, if the bucket key is a strict leading prefix of the key inside a partition, the
     partition columns followed by the bucket key (a prefix lookup), else ``()``."""
-    pk, prefix = tuple(table.schema.primary_key), tuple(table.prefix_key)
+    pk, prefix = tuple(table.schema.primary_key), tuple(table.info.prefix_key)
     return pk, ((*table.partition_keys, *prefix) if prefix else ())
 
 
@@ -305,7 +305,7 @@ class JoinPlan:
         if result.info.options.get("table.merge-engine"):
             raise InvalidConfigError(f"result table {result.path} must use the default merge engine (last row); "
                                      f"it has {result.info.options['table.merge-engine']}")
-        if result.merge_spec.delete_behavior != "allow":
+        if result.info.options.get(opt.DELETE_BEHAVIOR, "allow") != "allow":
             raise InvalidConfigError(f"result table {result.path} must allow deletes (table.delete.behavior="
                                      "'allow'): retractions are deletes")
         covered = set()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import polars as pl
 
@@ -26,9 +26,8 @@ from fluss_lake.jobs._exactly_once import (
 )
 from fluss_lake.jobs.job import Job, JobReport, default_job_name
 from fluss_lake.jobs.join_plan import index_columns
+from fluss_lake.table import Table
 
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
 
 __all__ = ["LookupCache", "LookupJoin"]
 

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.jobs._expansion import TUPLE_LIVE, emit, expand
-from fluss_lake.jobs.delta_join import write_changes
 from fluss_lake.jobs.job import Job, JobReport, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
+from fluss_lake.jobs.result_writes import write_changes
+from fluss_lake.table import Table
 
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
 
 __all__ = ["StatefulJoin"]
 

@@ -17,6 +17,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
+import polars as pl
 import pyarrow as pa
 
 from fluss_lake.keys.hashing import (
@@ -36,6 +37,8 @@ from fluss_lake.keys.key_encoding import (
     encode_iceberg_key,
 )
 from fluss_lake.exceptions import InvalidConfigError
+from fluss_lake.metadata.descriptor import TableDescriptor, TableInfo
+from fluss_lake.options import DATALAKE_FORMAT
 
 __all__ = [
     "LakeFormat",
@@ -44,11 +47,12 @@ __all__ = [
     "FlussBucketingFunction",
     "IcebergBucketingFunction",
     "assign_buckets",
+    "buckets_of",
+    "split_by_bucket",
+    "check_bucket_key_types",
     "encode_primary_key_hash",
 ]
 
-#: Option key of a table's lake format; ``None`` means no lake format.
-DATALAKE_FORMAT = "table.datalake.format"
 
 #: Names accepted by :meth:`BucketingFunction.of` (case-insensitive); ``None`` = no lake format = ``"fluss"``.
 LakeFormat = Literal["fluss", "lance", "iceberg", "paimon"]
@@ -248,3 +252,39 @@ def encode_primary_key_hash(
     ('uint64', 2)
     """
     return hash64(_compacted_key_bytes(key_columns, names))
+
+
+def buckets_of(info: TableInfo, frame: pl.DataFrame) -> npt.NDArray[np.int32]:
+    """Bucket of every row of `frame` by the table's bucket key (all zero, without hashing, for one bucket).
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> info = conn.create_table("d.t", schema={"id": "INT"}, primary_key=["id"], bucket_num=8)
+    >>> buckets_of(info, pl.DataFrame({"id": [1, 1]}, schema={"id": pl.Int32})).tolist()
+    [4, 4]
+    """
+    if info.bucket_num == 1:
+        return np.zeros(frame.height, dtype=np.int32)
+    return assign_buckets([frame.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
+                          lake_format=info.options.get(DATALAKE_FORMAT), names=list(info.bucket_keys))
+
+
+def check_bucket_key_types(descriptor: TableDescriptor) -> None:
+    """Raise InvalidConfigError if the table's lake format cannot bucket its bucket key's type (Iceberg tables)."""
+    keys = descriptor.resolved_bucket_keys()
+    if descriptor.options.get(DATALAKE_FORMAT) == "iceberg" and keys:
+        key = keys[0]
+        empty = pl.Series(key, [], dtype=descriptor.schema.column(key).dtype).to_arrow()
+        encode_iceberg_key(empty, name=key)  # raises InvalidConfigError for types Iceberg cannot bucket
+
+
+def split_by_bucket(frame: pl.DataFrame, buckets: np.ndarray) -> dict[int, pl.DataFrame]:
+    """Rows of each bucket, write order kept."""
+    if frame.height == 0:
+        return {}
+    if buckets.min() == buckets.max():
+        return {int(buckets[0]): frame}
+    parts = frame.with_columns(pl.Series("__bucket", buckets)).partition_by("__bucket", as_dict=True, maintain_order=True)
+    return {int(key[0]): part.drop("__bucket") for key, part in parts.items()}

@@ -8,28 +8,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
 
 from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError, UnsupportedOperationError
+from fluss_lake.keys import point_key
+from fluss_lake.keys.bucketing import buckets_of, split_by_bucket
 from fluss_lake.keys.index_hash import index_hashes, prefix_ranges
 from fluss_lake.kv.kv_store import OFFSET_COLUMN
-from fluss_lake.keys import point_key
-from fluss_lake.write.batching_writer import split_by_bucket
-from fluss_lake.write.validate import conform, to_frame
-
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
+from fluss_lake.metadata.descriptor import TableInfo
+from fluss_lake.metadata.partition import PartitionInfo, partition_name_of
+from fluss_lake.metadata.schema import Schema
+from fluss_lake.runtime.table_runtime import TableRuntime
+from fluss_lake.runtime.tablet_set import TabletSet
+from fluss_lake.metadata.conform import conform, to_frame
 
 __all__ = ["Lookuper", "PrefixLookuper"]
 
 
-def _key_frame(table: Table, keys: Any, columns: Sequence[str]) -> pl.DataFrame:
+def _key_frame(schema: Schema, keys: Any, columns: Sequence[str]) -> pl.DataFrame:
     """Validated key columns (types cast, no nulls) in the given order."""
-    schema = table.schema
     frame = to_frame(keys, schema)
     if frame.width == len(columns) and _exact_keys(frame, schema.polars_schema, columns):
         return frame if tuple(frame.columns) == tuple(columns) else frame.select(columns)
@@ -67,10 +68,6 @@ def _with_offsets(rows: pl.DataFrame, bucket: int) -> pl.DataFrame:
     return rows.drop(OFFSET_COLUMN).with_columns(pl.lit(bucket, pl.Int32).alias("_bucket"), offsets)
 
 
-def _buckets(table: Table, keys: pl.DataFrame) -> np.ndarray:
-    return table.buckets_of(keys)
-
-
 def _bucket_positions(buckets: np.ndarray) -> dict[int, np.ndarray | None]:
     """Positions of the keys of each bucket, in key order (None: every key is in that one bucket)."""
     if buckets.size == 0:
@@ -83,20 +80,53 @@ def _bucket_positions(buckets: np.ndarray) -> dict[int, np.ndarray | None]:
     return {int(ordered[start]): part for start, part in zip(np.r_[0, cuts], np.split(order, cuts))}
 
 
-def _by_partition(table: Table, keys: pl.DataFrame) -> list[tuple[Table | None, pl.DataFrame, np.ndarray]]:
-    """Key rows grouped by partition (work per distinct partition): the partition's handle (None if it does not
+def _by_partition(runtime: TableRuntime, keys: pl.DataFrame) -> list[tuple[TabletSet | None, pl.DataFrame, np.ndarray]]:
+    """Key rows grouped by partition (work per distinct partition): the partition's tablets (None if it does not
     exist), its keys, and their positions in `keys`."""
-    from fluss_lake.metadata.partition import partition_name, value_string
-
-    dtypes = table.merge_spec.dtypes
-    part_keys = list(table.partition_keys)
-    existing = table._existing_partitions()
-    indexed = keys.with_columns(pl.Series("__pos", np.arange(keys.height)))
+    existing = runtime.existing()
+    indexed = keys.with_columns(pl.Series("__pos", np.arange(keys.height)),
+                                runtime.partition_names(keys).alias("__partition"))
     groups = []
-    for values, part in indexed.partition_by(part_keys, as_dict=True, maintain_order=True).items():
-        name = partition_name([value_string(v, dtypes[k]) for k, v in zip(part_keys, values)])
-        groups.append((existing.get(name), part.drop("__pos"), part.get_column("__pos").to_numpy()))
+    for (name,), part in indexed.partition_by("__partition", as_dict=True, maintain_order=True).items():
+        groups.append((existing.get(name), part.drop("__pos", "__partition"), part.get_column("__pos").to_numpy()))
     return groups
+
+
+def _lookup_in(tablets: TabletSet, frame: pl.DataFrame, with_found: bool, with_offsets: bool) -> pl.DataFrame:
+    """Validated keys of one unpartitioned table or partition, looked up bucket by bucket, in key order."""
+    info = tablets.info
+    pk = info.schema.primary_key
+    if info.bucket_num == 1:  # the common single-bucket case: no split, already in key order
+        tablet = tablets.kv_tablet(0)
+        hashes = index_hashes(frame, pk, info.prefix_key)
+        with tablet.lock:
+            tablet.catch_up()
+            found, rows = tablet.kv.lookup(hashes, frame, with_offsets=with_offsets)
+        out = _with_keys(rows, frame, found if with_found else None)
+        return _with_offsets(out, 0) if with_offsets else out
+    n = frame.height
+    results: list[pl.DataFrame] = []
+    positions: list[np.ndarray] = []
+    for bucket, where in _bucket_positions(buckets_of(info, frame)).items():
+        tablet = tablets.kv_tablet(bucket)
+        keys_part = frame if where is None else frame[where]
+        hashes = index_hashes(keys_part, pk, info.prefix_key)
+        with tablet.lock:
+            tablet.catch_up()
+            found, rows = tablet.kv.lookup(hashes, keys_part, with_offsets=with_offsets)
+        part = _with_keys(rows, keys_part, found)
+        results.append(_with_offsets(part, bucket) if with_offsets else part)
+        positions.append(np.arange(n) if where is None else where)
+    if not results:
+        out = pl.DataFrame(schema={**info.schema.polars_schema, "_found": pl.Boolean,
+                                   **(_OFFSET_SCHEMA if with_offsets else {})})
+    elif len(results) == 1:  # one bucket: already in key order
+        out = results[0]
+    else:
+        stacked = pl.concat(results, how="vertical")
+        order = np.argsort(np.concatenate(positions), kind="stable")
+        out = stacked[order]
+    return out if with_found else out.drop("_found")
 
 
 class Lookuper:
@@ -113,10 +143,12 @@ class Lookuper:
     ['u7', None, 'u1']
     """
 
-    def __init__(self, table: Table) -> None:
-        if not table.is_primary_key_table:
-            raise UnsupportedOperationError(f"{table.path} is a log table; lookups need a primary key")
-        self.table = table
+    def __init__(self, runtime: TableRuntime, partition: PartitionInfo | None = None) -> None:
+        if not runtime.info.is_primary_key_table:
+            raise UnsupportedOperationError(f"{runtime.info.path} is a log table; lookups need a primary key")
+        self.runtime = runtime
+        self.partition = partition
+        self._partitioned = partition is None and runtime.is_partitioned
         self._plan: _PointPlan | None = None
 
     def lookup(self, keys: Any, *, with_found: bool = False, with_offsets: bool = False) -> pl.DataFrame:
@@ -127,61 +159,29 @@ class Lookuper:
         of its last change (null where the key is absent, or for rows stored before offsets were kept): a row
         whose offset a changelog reader has not reached yet is a change that reader will still see.
         """
-        table = self.table
-        pk = table.schema.primary_key
-        frame = _key_frame(table, keys, pk)
-        if table._is_partitioned_parent():
+        runtime = self.runtime
+        frame = _key_frame(runtime.schema, keys, runtime.schema.primary_key)
+        if self._partitioned:
             return self._lookup_partitioned(frame, with_found, with_offsets)
-        if table.info.bucket_num == 1:  # the common single-bucket case: no split, already in key order
-            tablet = table.kv_tablet(0)
-            hashes = index_hashes(frame, pk, table.prefix_key)
-            with tablet.lock:
-                tablet.catch_up()
-                found, rows = tablet.kv.lookup(hashes, frame, with_offsets=with_offsets)
-            out = _with_keys(rows, frame, found if with_found else None)
-            return _with_offsets(out, 0) if with_offsets else out
-        n = frame.height
-        results: list[pl.DataFrame] = []
-        positions: list[np.ndarray] = []
-        buckets = _buckets(table, frame)
-        for bucket, where in _bucket_positions(buckets).items():
-            tablet = table.kv_tablet(bucket)
-            keys_part = frame if where is None else frame[where]
-            hashes = index_hashes(keys_part, pk, table.prefix_key)
-            with tablet.lock:
-                tablet.catch_up()
-                found, rows = tablet.kv.lookup(hashes, keys_part, with_offsets=with_offsets)
-            part = _with_keys(rows, keys_part, found)
-            results.append(_with_offsets(part, bucket) if with_offsets else part)
-            positions.append(np.arange(n) if where is None else where)
-        if not results:
-            out = pl.DataFrame(schema={**table.schema.polars_schema, "_found": pl.Boolean,
-                                       **(_OFFSET_SCHEMA if with_offsets else {})})
-        elif len(results) == 1:  # one bucket: already in key order
-            out = results[0]
-        else:
-            stacked = pl.concat(results, how="vertical")
-            order = np.argsort(np.concatenate(positions), kind="stable")
-            out = stacked[order]
-        return out if with_found else out.drop("_found")
+        return _lookup_in(runtime.tablets(self.partition), frame, with_found, with_offsets)
 
     def _lookup_partitioned(self, frame: pl.DataFrame, with_found: bool, with_offsets: bool) -> pl.DataFrame:
         """Keys of a partitioned table: each partition's keys looked up in that partition, then put back in order."""
-        table = self.table
+        schema = self.runtime.schema
         results, positions = [], []
         system = _OFFSET_SCHEMA if with_offsets else {}
-        for handle, keys, pos in _by_partition(table, frame):
-            if handle is None:  # the partition does not exist: no key of it is present
-                rows = keys.with_columns([pl.lit(None, dtype=dt).alias(c) for c, dt in table.schema.polars_schema.items()
-                                          if c not in keys.columns]).select(table.schema.names)
+        for tablets, keys, pos in _by_partition(self.runtime, frame):
+            if tablets is None:  # the partition does not exist: no key of it is present
+                rows = keys.with_columns([pl.lit(None, dtype=dt).alias(c) for c, dt in schema.polars_schema.items()
+                                          if c not in keys.columns]).select(schema.names)
                 rows = rows.with_columns(pl.lit(False).alias("_found"),
                                          *[pl.lit(None, dtype=dt).alias(c) for c, dt in system.items()])
             else:
-                rows = handle.new_lookup().lookup(keys, with_found=True, with_offsets=with_offsets)
+                rows = _lookup_in(tablets, keys, True, with_offsets)
             results.append(rows)
             positions.append(pos)
         if not results:
-            out = pl.DataFrame(schema={**table.schema.polars_schema, "_found": pl.Boolean, **system})
+            out = pl.DataFrame(schema={**schema.polars_schema, "_found": pl.Boolean, **system})
         else:
             out = pl.concat(results, how="vertical")[np.argsort(np.concatenate(positions), kind="stable")]
         return out if with_found else out.drop("_found")
@@ -198,27 +198,28 @@ class Lookuper:
         >>> users.new_lookup().lookup_one({"id": 1}), users.new_lookup().lookup_one({"id": 2})
         ({'id': 1, 'name': 'ann'}, None)
         """
-        table = self.table
+        runtime = self.runtime
         plan = self._plan
-        if plan is None or plan.info is not table.info:  # per-table facts, recomputed after a schema change
-            plan = self._plan = _PointPlan.of(table)
+        if plan is None or plan.info is not runtime.info:  # per-table facts, recomputed after a schema change
+            plan = self._plan = _PointPlan.of(runtime.info)
         if not isinstance(key, dict) or key.keys() != plan.key_set:
             raise InvalidConfigError(f"lookup_one takes a dict of exactly the primary-key columns {list(plan.pk)}")
-        if plan.partitioned:
-            from fluss_lake.metadata.partition import partition_name, value_string
-
-            dtypes = table.merge_spec.dtypes
-            name = partition_name([value_string(key[c], dtypes[c]) for c in table.partition_keys])
-            handle = table._existing_partitions().get(name) if name not in table._partitions else table._partitions[name]
-            return None if handle is None else handle.new_lookup().lookup_one(key)
+        if self._partitioned:
+            name = partition_name_of(key, runtime.info.partition_keys, runtime.merge_spec.dtypes)
+            tablets = runtime.cached_tablets(name) or runtime.existing().get(name)
+            if tablets is None:
+                return None
+        else:
+            tablets = runtime.tablets(self.partition)
         full = point_key.encode_key([key[c] for c in plan.pk], plan.pk_dtypes)
         bucket_bytes = full if plan.bucket_is_pk else point_key.encode_key(
             [key[c] for c in plan.bucket_keys], plan.bucket_dtypes)
-        if full is None or bucket_bytes is None or plan.iceberg:
-            row = self.lookup([key], with_found=True).row(0, named=True)  # other key types: vectorized path
+        if full is None or bucket_bytes is None or plan.iceberg:  # other key types: the vectorized path
+            frame = _key_frame(runtime.schema, [key], plan.pk)
+            row = _lookup_in(tablets, frame, True, False).row(0, named=True)
             return {k: v for k, v in row.items() if k != "_found"} if row["_found"] else None
         bucket = point_key.fluss_bucket(bucket_bytes, plan.bucket_num) if plan.bucket_num > 1 else 0
-        tablet = table.kv_tablet(bucket)
+        tablet = tablets.kv_tablet(bucket)
         hash_value = point_key.index_hash(full, bucket_bytes if plan.prefix else None)
         with tablet.lock:
             tablet.catch_up()
@@ -229,7 +230,7 @@ class Lookuper:
 class _PointPlan:
     """What a single-key lookup needs to know about its table, computed once per table version."""
 
-    info: Any
+    info: TableInfo
     pk: tuple[str, ...]
     key_set: frozenset[str]
     pk_dtypes: tuple[pl.DataType, ...]
@@ -239,58 +240,64 @@ class _PointPlan:
     bucket_num: int
     prefix: bool
     iceberg: bool
-    partitioned: bool
 
     @classmethod
-    def of(cls, table: Table) -> _PointPlan:
-        info = table.info
-        dtypes = table.merge_spec.dtypes
-        pk, bucket_keys = tuple(table.schema.primary_key), tuple(info.bucket_keys)
+    def of(cls, info: TableInfo) -> _PointPlan:
+        dtypes = {c.name: c.dtype for c in info.schema.columns}
+        pk, bucket_keys = tuple(info.schema.primary_key), tuple(info.bucket_keys)
         return cls(info, pk, frozenset(pk), tuple(dtypes[c] for c in pk), bucket_keys,
-                   tuple(dtypes[c] for c in bucket_keys), bucket_keys == pk, info.bucket_num, bool(table.prefix_key),
-                   info.options.get(opt.DATALAKE_FORMAT) == "iceberg", table._is_partitioned_parent())
+                   tuple(dtypes[c] for c in bucket_keys), bucket_keys == pk, info.bucket_num, bool(info.prefix_key),
+                   info.options.get(opt.DATALAKE_FORMAT) == "iceberg")
 
 
 class PrefixLookuper:
     """Look up every current row sharing a bucket-key prefix of the primary key (Fluss prefix lookup)."""
 
-    def __init__(self, table: Table, columns: Sequence[str] | None = None) -> None:
-        if not table.is_primary_key_table:
-            raise UnsupportedOperationError(f"{table.path} is a log table; prefix lookups need a primary key")
-        prefix = table.prefix_key
-        wanted = (*table.partition_keys, *prefix) if table._is_partitioned_parent() else prefix
+    def __init__(self, runtime: TableRuntime, partition: PartitionInfo | None = None,
+                 columns: Sequence[str] | None = None) -> None:
+        info = runtime.info
+        if not info.is_primary_key_table:
+            raise UnsupportedOperationError(f"{info.path} is a log table; prefix lookups need a primary key")
+        prefix = info.prefix_key
+        self._partitioned = partition is None and runtime.is_partitioned
+        wanted = (*info.partition_keys, *prefix) if self._partitioned else prefix
         if not prefix:
             raise UnsupportedOperationError(
-                f"{table.path}: prefix lookup needs a bucket key that is a strict leading prefix of the primary key "
-                f"{list(table.schema.primary_key)} (bucket key is {list(table.info.bucket_keys)}); use lookup() "
+                f"{info.path}: prefix lookup needs a bucket key that is a strict leading prefix of the primary key "
+                f"{list(info.schema.primary_key)} (bucket key is {list(info.bucket_keys)}); use lookup() "
                 "for full keys")
         if columns is not None and tuple(columns) != wanted:
             raise InvalidConfigError(f"prefix lookup columns must be {list(wanted)}, in order (the partition keys, "
-                                     "then the bucket key)" if table.partition_keys else
+                                     "then the bucket key)" if info.partition_keys else
                                      f"prefix lookup columns must equal the bucket key {list(prefix)}, in order")
-        self.table = table
+        self.runtime = runtime
+        self.partition = partition
         self.prefix = prefix
         self.columns = wanted
 
     def lookup(self, keys: Any, *, with_offsets: bool = False) -> pl.DataFrame:
         """All rows whose prefix equals one of `keys`, grouped in key order (a ``_key_index`` column says which);
         `with_offsets` adds ``_bucket`` and ``_offset`` as :meth:`Lookuper.lookup` does."""
-        table = self.table
-        frame = _key_frame(table, keys, self.columns)
-        empty = {**table.schema.polars_schema, "_key_index": pl.Int64, **(_OFFSET_SCHEMA if with_offsets else {})}
-        if table._is_partitioned_parent():
+        runtime = self.runtime
+        frame = _key_frame(runtime.schema, keys, self.columns)
+        empty = {**runtime.schema.polars_schema, "_key_index": pl.Int64, **(_OFFSET_SCHEMA if with_offsets else {})}
+        if self._partitioned:
             parts = []
-            for handle, part_keys, pos in _by_partition(table, frame):
-                if handle is not None:
-                    rows = handle.new_prefix_lookup().lookup(part_keys.select(self.prefix), with_offsets=with_offsets)
+            for tablets, part_keys, pos in _by_partition(runtime, frame):
+                if tablets is not None:
+                    rows = self._lookup_in(tablets, part_keys.select(self.prefix), empty, with_offsets)
                     parts.append(rows.with_columns(pl.Series("_key_index", pos)[rows.get_column("_key_index")]))
             if not parts:
                 return pl.DataFrame(schema=empty)
             return pl.concat(parts, how="vertical").sort("_key_index", maintain_order=True)
+        return self._lookup_in(runtime.tablets(self.partition), frame, empty, with_offsets)
+
+    def _lookup_in(self, tablets: TabletSet, frame: pl.DataFrame, empty: dict, with_offsets: bool) -> pl.DataFrame:
+        """Prefix keys of one unpartitioned table or partition, probed bucket by bucket."""
         indexed = frame.with_columns(pl.Series("__pos", np.arange(frame.height)))
         parts = []
-        for bucket, part in split_by_bucket(indexed, _buckets(table, frame)).items():
-            tablet = table.kv_tablet(bucket)
+        for bucket, part in split_by_bucket(indexed, buckets_of(tablets.info, frame)).items():
+            tablet = tablets.kv_tablet(bucket)
             probe = part.drop("__pos")
             lo, hi = prefix_ranges(probe, self.prefix)
             with tablet.lock:

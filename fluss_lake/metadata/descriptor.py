@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -18,8 +18,7 @@ from fluss_lake.metadata.types import KEY_UNSUPPORTED, is_key_supported
 
 __all__ = ["TableDescriptor", "TableInfo"]
 
-_VERSION_TYPES = (pl.Int32, pl.Int64, pl.Datetime)
-_STATS_TYPES = (pl.Boolean, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.Float32, pl.Float64, pl.String,
+STATS_TYPES = (pl.Boolean, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.Float32, pl.Float64, pl.String,
                 pl.Decimal, pl.Date, pl.Time, pl.Datetime)
 
 
@@ -103,12 +102,6 @@ class TableDescriptor:
         if lake_format == "iceberg" and len(bucket_keys) > 1:
             raise InvalidConfigError(f"an Iceberg-format table buckets by exactly one column; set {opt.BUCKET_KEY} "
                                      f"to one of {list(bucket_keys)}")
-        if lake_format == "iceberg" and bucket_keys:
-            from fluss_lake.keys.key_encoding import encode_iceberg_key
-
-            key = bucket_keys[0]
-            empty = pl.Series(key, [], dtype=schema.column(key).dtype).to_arrow()
-            encode_iceberg_key(empty, name=key)  # raises InvalidConfigError for types Iceberg cannot bucket
         self._validate_partitioning(options, bucket_keys)
         if "table.kv.ttl" in options:
             if not pk:
@@ -153,57 +146,21 @@ class TableDescriptor:
             options[TIME_ZONE] = strategy.time_zone  # fixed at creation, like Fluss's coordinator defaults
 
     def _validate_log_options(self, options: dict[str, str]) -> dict[str, str]:
-        """Rules for log tables: no PK-only options; statistics columns must exist and be supported."""
-        for key in (opt.MERGE_ENGINE, opt.DELETE_BEHAVIOR, opt.CHANGELOG_IMAGE, opt.VERSIONED_VER_COLUMN):
-            if key in options:
-                raise InvalidConfigError(f"{key} is only allowed on primary-key tables; declare a primary key or drop the option")
-        if any(k.startswith("fields.") for k in options):
-            raise InvalidConfigError("'fields.<column>.agg' options need a primary-key table with "
-                                     f"{opt.MERGE_ENGINE}='aggregation'")
+        """Rules for log tables: statistics columns must exist and be supported (merge options: ``kv.merge``)."""
         stats = options.get(opt.STATISTICS_COLUMNS)
         if stats is not None and stats.strip() != "*":
             for name in (s.strip() for s in stats.split(",") if s.strip()):
                 if name not in self.schema.names:
                     raise InvalidConfigError(f"{opt.STATISTICS_COLUMNS} names unknown column {name!r}")
-                if not isinstance(self.schema.column(name).dtype, _STATS_TYPES):
+                if not isinstance(self.schema.column(name).dtype, STATS_TYPES):
                     raise InvalidConfigError(f"{opt.STATISTICS_COLUMNS}: column {name!r} of type "
                                              f"{self.schema.column(name).type_name} has no statistics support")
         return options
 
     def _validate_pk_options(self, options: dict[str, str]) -> dict[str, str]:
-        """Rules for primary-key tables: merge engine, delete behavior, changelog image, aggregate functions."""
-        from fluss_lake.kv.merge import AggSpec, check_delete_behavior, default_delete_behavior, validate_aggregation
-
+        """Rules for primary-key tables that need no merge engine (the engine's own: ``kv.merge``)."""
         if opt.STATISTICS_COLUMNS in options:
             raise InvalidConfigError(f"{opt.STATISTICS_COLUMNS} is only allowed on log tables")
-        engine = options.get(opt.MERGE_ENGINE)
-        behavior = options.get(opt.DELETE_BEHAVIOR) or default_delete_behavior(engine)
-        check_delete_behavior(engine, behavior)
-        options[opt.DELETE_BEHAVIOR] = behavior
-        if engine == "aggregation" and options.get(opt.CHANGELOG_IMAGE) == "wal":
-            raise InvalidConfigError(f"{opt.CHANGELOG_IMAGE}='WAL' is not allowed with the aggregation merge "
-                                     "engine (its undo recovery needs full images); use 'FULL'")
-        version_column = options.get(opt.VERSIONED_VER_COLUMN)
-        if engine == "versioned":
-            if version_column is None:
-                raise InvalidConfigError(f"the versioned merge engine needs {opt.VERSIONED_VER_COLUMN}")
-            if version_column not in self.schema.names:
-                raise InvalidConfigError(f"{opt.VERSIONED_VER_COLUMN}={version_column!r} is not a column")
-            if not isinstance(self.schema.column(version_column).dtype, _VERSION_TYPES):
-                raise InvalidConfigError(f"version column {version_column!r} must be INT, BIGINT, TIMESTAMP or "
-                                         f"TIMESTAMP_LTZ, not {self.schema.column(version_column).type_name}")
-        elif version_column is not None:
-            raise InvalidConfigError(f"{opt.VERSIONED_VER_COLUMN} needs {opt.MERGE_ENGINE}='versioned'")
-        for column, fopts in opt.field_options(options).items():
-            if engine != "aggregation":
-                raise InvalidConfigError(f"'fields.{column}.*' options need {opt.MERGE_ENGINE}='aggregation'")
-            if column not in self.schema.names:
-                raise InvalidConfigError(f"'fields.{column}.*' names unknown column {column!r}")
-            if column in self.schema.primary_key:
-                raise InvalidConfigError(f"primary-key column {column!r} cannot be aggregated; drop 'fields.{column}.agg'")
-            function = fopts.get("agg", "last_value_ignore_nulls")
-            params = {k.split(".", 1)[1]: v for k, v in fopts.items() if k != "agg"}
-            validate_aggregation(column, self.schema.column(column).dtype, AggSpec(function, params))
         return options
 
 
@@ -247,6 +204,20 @@ class TableInfo:
         """Partition key columns (empty for an unpartitioned table)."""
         return tuple(self.descriptor.partition_keys)
 
+    @property
+    def prefix_key(self) -> tuple[str, ...]:
+        """The bucket key when it is a strict leading prefix of the primary key inside a partition (then prefix
+        lookups work), else ``()``."""
+        pk, bk = self.descriptor.physical_primary_key(), self.bucket_keys
+        return bk if pk and len(bk) < len(pk) and tuple(pk[: len(bk)]) == bk else ()
+
+    @property
+    def log_compression(self) -> tuple[str | None, int | None]:
+        """``table.log.arrow.compression.type`` and its zstd level (3 unless set; None for other codecs)."""
+        codec = self.options.get(opt.LOG_COMPRESSION, "zstd")
+        level = self.options.get(opt.LOG_ZSTD_LEVEL)
+        return codec, int(level) if level else (3 if codec == "zstd" else None)
+
     @classmethod
     def new(cls, path: TablePath, descriptor: TableDescriptor) -> "TableInfo":
         """A fresh table id and timestamps for a validated descriptor."""
@@ -270,25 +241,3 @@ class TableInfo:
                                      tuple(data.get("partition_keys", ())))
         return cls(data["table_id"], TablePath(data["database"], data["table"]), descriptor,
                    data["created_ms"], data["modified_ms"])
-
-
-def field_aggregations(info_options: Mapping[str, str], schema: Schema, engine: str | None) -> dict:
-    """Per-column AggSpec of an aggregation table (columns without one get the default function)."""
-    from fluss_lake.kv.merge import AggSpec
-
-    if engine != "aggregation":
-        return {}
-    grouped = opt.field_options(info_options)
-    result = {}
-    for column in schema.names:
-        if column in schema.primary_key:
-            continue
-        fopts = grouped.get(column, {})
-        result[column] = AggSpec(fopts.get("agg", "last_value_ignore_nulls"),
-                                 {k.split(".", 1)[1]: v for k, v in fopts.items() if k != "agg"})
-    return result
-
-
-def merge_spec_columns(schema: Schema) -> tuple[Sequence[str], dict, dict]:
-    """Column names, dtypes and nullability maps for a MergeSpec."""
-    return (schema.names, {c.name: c.dtype for c in schema.columns}, {c.name: c.nullable for c in schema.columns})

@@ -20,7 +20,7 @@ import polars as pl
 from fluss_lake.exceptions import InvalidPartitionError
 
 __all__ = ["PartitionInfo", "PARTITION_KEY_TYPES", "is_partition_key_type", "value_string", "partition_name",
-           "check_partition_value", "spec_of"]
+           "partition_names", "partition_name_of", "with_partition_names", "check_partition_value", "spec_of"]
 
 _VALID_VALUE = re.compile(r"^[A-Za-z0-9_\-]{1,200}$")
 PARTITION_KEY_TYPES = ("STRING", "CHAR", "BOOLEAN", "BINARY", "BYTES", "TINYINT", "SMALLINT", "INT", "BIGINT",
@@ -100,6 +100,57 @@ def check_partition_value(value: str, *, creating: bool = True) -> str:
 def partition_name(values: Sequence[str]) -> str:
     """Values joined by ``$`` (Fluss's partition name)."""
     return "$".join(values)
+
+
+def partition_name_of(row: Mapping[str, object], partition_keys: Sequence[str],
+                      dtypes: Mapping[str, pl.DataType]) -> str:
+    """The partition name of one row given as a mapping of its partition columns (a single key's partition).
+
+    Examples
+    --------
+    >>> partition_name_of({"region": "eu", "day": 1, "id": 7}, ["region", "day"], {"region": pl.String, "day": pl.Int32})
+    'eu$1'
+    """
+    return partition_name([value_string(row[k], dtypes[k]) for k in partition_keys])
+
+
+def with_partition_names(frame: pl.DataFrame | pl.LazyFrame, partition_keys: Sequence[str],
+                         dtypes: Mapping[str, pl.DataType], *, column: str = "__partition",
+                         check: bool = False) -> pl.LazyFrame:
+    """`frame` (lazily) with a String column `column` holding each row's partition name: the one definition of a
+    row's partition, computed once per distinct partition, not per row. With `check`, each value must be one Fluss
+    accepts for a new partition.
+
+    Examples
+    --------
+    >>> frame = pl.LazyFrame({"day": ["20260101", "20260102"], "eu": [True, False], "v": [1, 2]})
+    >>> with_partition_names(frame, ["day", "eu"], frame.collect_schema()).collect()["__partition"].to_list()
+    ['20260101$true', '20260102$false']
+    """
+    keys = list(partition_keys)
+    lazy = frame.lazy()
+    distinct = lazy.select(keys).unique(maintain_order=True).collect()
+    names = []
+    for values in distinct.iter_rows():
+        strings = [value_string(v, dtypes[k]) for k, v in zip(keys, values, strict=True)]
+        names.append(partition_name([check_partition_value(s) for s in strings] if check else strings))
+    named = distinct.with_columns(pl.Series(column, names, dtype=pl.String))
+    return lazy.join(named.lazy(), on=keys, how="left", maintain_order="left", nulls_equal=True)
+
+
+def partition_names(frame: pl.DataFrame | pl.LazyFrame, partition_keys: Sequence[str],
+                    dtypes: Mapping[str, pl.DataType], *, check: bool = False) -> pl.Series:
+    """The partition name of every row of `frame` (which holds the partition columns), as a Series.
+
+    Examples
+    --------
+    >>> frame = pl.DataFrame({"region": ["eu", "us", "eu"], "day": [1, 2, 1]})
+    >>> partition_names(frame, ["region", "day"], frame.schema).to_list()
+    ['eu$1', 'us$2', 'eu$1']
+    """
+    keys = list(partition_keys)
+    named = with_partition_names(frame.lazy().select(keys), keys, dtypes, column="__partition_name", check=check)
+    return named.collect().get_column("__partition_name")
 
 
 def spec_of(partition_keys: Sequence[str], spec: str | Mapping[str, object]) -> dict[str, str]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
@@ -36,12 +36,11 @@ from fluss_lake.exceptions import (
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import time_expr
 from fluss_lake.training.training_set import training_set
+from fluss_lake.connection import Connection
+from fluss_lake.metadata.table_path import TablePath
+from fluss_lake.table import Table
+from fluss_lake.write.write_result import WriteResult
 
-if TYPE_CHECKING:
-    from fluss_lake.catalog import Connection
-    from fluss_lake.metadata.table_path import TablePath
-    from fluss_lake.table import Table
-    from fluss_lake.write.write_result import WriteResult
 
 __all__ = ["DECISION_LOG_SCHEMA", "create_decision_log", "log_decision", "log_decisions", "reconstruct_decisions"]
 

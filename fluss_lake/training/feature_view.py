@@ -5,16 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 from fluss_lake.options import parse_duration_ms
 from fluss_lake.training.history import ALL_SYSTEM_COLUMNS, check_history, history_of
+from fluss_lake.table import Table
 
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
 
 __all__ = ["FeatureView"]
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 import polars as pl
 
@@ -34,9 +34,9 @@ from fluss_lake.exceptions import (
     SchemaMismatchError,
     UnsupportedOperationError,
 )
+from fluss_lake.metadata.partition import with_partition_names
+from fluss_lake.table import Table
 
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
 
 __all__ = [
     "BUCKET",
@@ -123,14 +123,7 @@ def with_partition_name(frame: pl.LazyFrame, partition_keys: Sequence[str], dtyp
     >>> with_partition_name(frame, ["day", "eu"], frame.collect_schema()).collect()["__partition"].to_list()
     ['20260101$true', '20260102$false']
     """
-    from fluss_lake.metadata.partition import partition_name, value_string
-
-    keys = list(partition_keys)
-    distinct = frame.select(keys).unique().collect()
-    names = [partition_name([value_string(v, dtypes[k]) for k, v in zip(keys, row, strict=True)])
-             for row in distinct.iter_rows()]
-    mapping = distinct.with_columns(pl.Series(column, names, dtype=pl.String))
-    return frame.join(mapping.lazy(), on=keys, how="left", nulls_equal=True, maintain_order="left")
+    return with_partition_names(frame, partition_keys, dtypes, column=column)
 
 
 def _live_changelog(table: Table, start_offsets: Mapping | None) -> pl.DataFrame:

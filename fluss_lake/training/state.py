@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
-from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -24,9 +23,8 @@ from fluss_lake.training.history import (
     time_expr,
     time_unit,
 )
+from fluss_lake.table import Table
 
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
 
 __all__ = ["state_as_of"]
 

@@ -4,37 +4,28 @@ per-bucket sequence number until committed (so ``flush`` after a retriable error
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from fluss_lake.exceptions import PartitionNotExistError
+from fluss_lake.keys.bucketing import split_by_bucket
 from fluss_lake.log.log_batch import BatchHeader
+from fluss_lake.metadata.partition import PartitionInfo
+from fluss_lake.runtime.maintenance import maybe_maintain
+from fluss_lake.runtime.table_runtime import TableRuntime
+from fluss_lake.runtime.tablet_set import TabletSet
 from fluss_lake.write.partition_router import PARTITION_COLUMN, route_partitions
 from fluss_lake.write.write_result import WriteResult
 
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
-
-__all__ = ["BatchingWriter", "split_by_bucket"]
-
-
-def split_by_bucket(frame: pl.DataFrame, buckets: np.ndarray) -> dict[int, pl.DataFrame]:
-    """Rows of each bucket, write order kept."""
-    if frame.height == 0:
-        return {}
-    if buckets.min() == buckets.max():
-        return {int(buckets[0]): frame}
-    parts = frame.with_columns(pl.Series("__bucket", buckets)).partition_by("__bucket", as_dict=True, maintain_order=True)
-    return {int(key[0]): part.drop("__bucket") for key, part in parts.items()}
+__all__ = ["BatchingWriter"]
 
 
 class BatchingWriter:
     """Buffering, bucketing and idempotent per-bucket commits; subclasses say how to route and commit."""
 
-    def __init__(self, table: "Table", *, buffer_rows: int) -> None:
-        self.table = table
+    def __init__(self, runtime: TableRuntime, partition: PartitionInfo | None = None, *, buffer_rows: int) -> None:
+        self.runtime = runtime
         self.buffer_rows = buffer_rows
         self.writer_id = uuid.uuid4().hex
         self._buffer: list[pl.DataFrame] = []
@@ -43,15 +34,16 @@ class BatchingWriter:
         # per (partition name or None, bucket): the next batch sequence, and the batch waiting to be committed
         self._sequences: dict[tuple[str | None, int], int] = {}
         self._pending: dict[tuple[str | None, int], tuple[pl.DataFrame, int]] = {}
-        self._targets: dict[str | None, Table] = {None: table}
-        self._partitioned = table._is_partitioned_parent()
+        self._partitioned = partition is None and runtime.is_partitioned
+        self._targets: dict[str | None, TabletSet] = {} if self._partitioned else {None: runtime.tablets(partition)}
 
     def _buckets(self, frame: pl.DataFrame) -> np.ndarray:
         """Bucket of every row."""
         raise NotImplementedError
 
-    def _commit(self, target: "Table", bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
-        """Commit one bucket's batch of `target` (the table or one partition) idempotently for this writer and `seq`."""
+    def _commit(self, target: TabletSet, bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
+        """Commit one bucket's batch of `target` (the table's or one partition's tablets) idempotently for this
+        writer and `seq`."""
         raise NotImplementedError
 
     def _buffer_frame(self, frame: pl.DataFrame) -> None:
@@ -61,7 +53,7 @@ class BatchingWriter:
         bad partition value is rejected before anything is buffered or created.
         """
         if self._partitioned:
-            frame, handles = route_partitions(self.table, frame)
+            frame, handles = route_partitions(self.runtime, frame)
             self._targets.update(handles)
         self._buffer.append(frame)
         self._buffered_rows += frame.height
@@ -77,13 +69,13 @@ class BatchingWriter:
         result = self._done.combine(self._send())
         self._done = WriteResult()
         if result.offsets:
-            self.table.maybe_maintain()
+            maybe_maintain(self.runtime)
         return result
 
     def _send(self) -> WriteResult:
         """Commit the pending per-bucket batches, then turn the buffer into new ones and commit those."""
         if self._pending or self._buffer:
-            self.table.connection.check_table_alive(self.table.info)
+            self.runtime.check_alive()
         result = self._commit_pending()
         if not self._buffer:
             return result
@@ -112,9 +104,9 @@ class BatchingWriter:
             target = self._targets[name]
             if name is not None and name not in checked:
                 try:
-                    self.table.connection.check_partition_alive(self.table.info, target.partition_info)
+                    target.check_alive()
                 except PartitionNotExistError:
-                    self.table._forget_partition(name)
+                    self.runtime.forget(name)
                     raise
                 checked.add(name)
             header = self._commit(target, bucket, rows, seq)

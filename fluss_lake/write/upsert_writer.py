@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -11,13 +11,13 @@ import polars as pl
 from fluss_lake import options as opt
 from fluss_lake.exceptions import DeletionDisabledError, UnsupportedOperationError
 from fluss_lake.kv.kv_tablet import ChangeImage
-from fluss_lake.kv.merge import create_row_merger
+from fluss_lake.kv.merge import MergeMode, create_row_merger
 from fluss_lake.log.log_batch import BatchHeader
+from fluss_lake.metadata.partition import PartitionInfo
+from fluss_lake.runtime.table_runtime import TableRuntime
+from fluss_lake.runtime.tablet_set import TabletSet
 from fluss_lake.write.batching_writer import BatchingWriter
-from fluss_lake.write.validate import conform, to_frame
-
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
+from fluss_lake.metadata.conform import conform, to_frame
 
 __all__ = ["UpsertWriter"]
 
@@ -43,25 +43,26 @@ class UpsertWriter(BatchingWriter):
     [{'id': 1, 'email': 'a@x', 'visits': 3}]
     """
 
-    def __init__(self, table: "Table", *, target_columns: Sequence[str] | None = None,
-                 merge_mode: str = "default", buffer_rows: int = 1_000_000, skip_unchanged: bool = False) -> None:
-        if not table.is_primary_key_table:
-            raise UnsupportedOperationError(f"{table.path} is a log table; use new_append() (upserts and deletes "
-                                            "need a primary key)")
-        super().__init__(table, buffer_rows=buffer_rows)
-        spec = table.merge_spec
+    def __init__(self, runtime: TableRuntime, partition: PartitionInfo | None = None, *,
+                 target_columns: Sequence[str] | None = None, merge_mode: MergeMode = "default",
+                 buffer_rows: int = 1_000_000, skip_unchanged: bool = False) -> None:
+        if not runtime.info.is_primary_key_table:
+            raise UnsupportedOperationError(f"{runtime.info.path} is a log table; use new_append() (upserts and "
+                                            "deletes need a primary key)")
+        super().__init__(runtime, partition, buffer_rows=buffer_rows)
+        spec = runtime.merge_spec
         self.target_columns = tuple(target_columns) if target_columns is not None else None
-        self.merger = create_row_merger(spec, target_columns=self.target_columns, merge_mode=merge_mode)  # type: ignore[arg-type]
+        self.merger = create_row_merger(spec, target_columns=self.target_columns, merge_mode=merge_mode)
         self.merge_mode = merge_mode
         self.skip_unchanged = skip_unchanged
         partial = self.target_columns is not None and set(self.target_columns) != set(spec.columns)
         self.partial = partial
-        wal = table.info.options.get(opt.CHANGELOG_IMAGE, "full") == "wal"
+        wal = runtime.info.options.get(opt.CHANGELOG_IMAGE, "full") == "wal"
         self.image = ChangeImage(wal=wal, inserts_as_updates=wal and spec.merge_engine is None and not partial)
 
     def upsert(self, data: Any) -> None:
         """Validate and buffer upserts (raises before buffering anything if they do not fit)."""
-        schema = self.table.schema
+        schema = self.runtime.schema
         frame = to_frame(data, schema)
         if self.partial:
             assert self.target_columns is not None
@@ -77,9 +78,9 @@ class UpsertWriter(BatchingWriter):
 
     def delete(self, keys: Any) -> None:
         """Validate and buffer deletes by primary key (other columns are ignored)."""
-        schema = self.table.schema
-        if self.merge_mode == "default" and self.table.merge_spec.delete_behavior == "disable":
-            raise DeletionDisabledError(f"{self.table.path} has {opt.DELETE_BEHAVIOR}='disable'; deletes are "
+        schema = self.runtime.schema
+        if self.merge_mode == "default" and self.runtime.merge_spec.delete_behavior == "disable":
+            raise DeletionDisabledError(f"{self.runtime.info.path} has {opt.DELETE_BEHAVIOR}='disable'; deletes are "
                                         "rejected (set it to 'allow' or 'ignore' when creating the table)")
         frame = to_frame(keys, schema)
         frame = conform(frame.select([c for c in frame.columns if c in schema.primary_key] +
@@ -90,9 +91,9 @@ class UpsertWriter(BatchingWriter):
 
     def _buckets(self, frame: pl.DataFrame) -> np.ndarray:
         """Bucket of every row: the hash of its bucket key."""
-        return self.table.buckets_of(frame)
+        return self.runtime.buckets_of(frame)
 
-    def _commit(self, target: "Table", bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
+    def _commit(self, target: TabletSet, bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
         """Merge one bucket's batch against its state and commit the changelog."""
         is_delete = np.asarray(rows.get_column(_OP).to_numpy(), dtype=bool)
         return target.kv_tablet(bucket).write(rows.drop(_OP), is_delete, self.merger, self.image,

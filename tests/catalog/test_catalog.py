@@ -275,7 +275,7 @@ def test_delete_behavior_default_written_per_engine(conn: fl.Connection, root: P
     assert info.options["table.delete.behavior"] == expected
     # written into the stored metadata, not computed on read
     assert fl.connect(root).get_table_info("db.t").options["table.delete.behavior"] == expected
-    assert conn.get_table("db.t").merge_spec.delete_behavior == expected
+    assert conn.get_table("db.t").info.options["table.delete.behavior"] == expected
 
 
 @pytest.mark.parametrize(("engine", "behavior"), [(None, "disable"), (None, "ignore"), ("first_row", "disable"),

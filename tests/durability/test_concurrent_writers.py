@@ -166,7 +166,7 @@ def test_concurrent_sum_writers_local(tmp_store, tmp_path, changelog_replay):
     fresh = fl.connect(tmp_store, local_dir=str(tmp_path / "check"))
     check_sum_table(fresh, "d.sums", acks, batches=30, rows=4, changelog_replay=changelog_replay)
     # the fresh connection restored from a snapshot some writer took, then replayed the tail
-    assert any(fresh.get_table("d.sums").kv_tablet(b).last_snapshot > 0 for b in range(2))
+    assert any(fresh.get_table("d.sums")._tablets().kv_tablet(b).last_snapshot > 0 for b in range(2))
 
 
 @pytest.mark.s3

@@ -84,10 +84,10 @@ def test_s3_tables_roundtrip_and_second_connection(s3_url, tmp_path, changelog_r
     assert restored.equals(state)
     assert restored.equals(changelog_replay(users2))
     for bucket in range(users2.bucket_num):
-        tablet = users2.kv_tablet(bucket)
+        tablet = users2._tablets().kv_tablet(bucket)
         assert tablet.last_snapshot > 0, f"bucket {bucket} replayed everything instead of restoring a snapshot"
         assert tablet.applied == tablet.log.end_offset
-    assert any(users2.kv_tablet(b).last_snapshot < users2.kv_tablet(b).applied for b in range(2)), \
+    assert any(users2._tablets().kv_tablet(b).last_snapshot < users2._tablets().kv_tablet(b).applied for b in range(2)), \
         "no bucket had a log tail to replay after its snapshot"
     assert users2.changelog().sort("_log_offset").equals(changes)
     assert users2.lookup([{"id": 1}, {"id": 2}, {"id": 40}]).get_column("visits").to_list() == [101, None, 7]

@@ -22,6 +22,7 @@ from s3_proxy import FlakyProxy
 
 import fluss_lake as fl
 from fluss_lake.log.log_batch import decode_batch
+from fluss_lake.catalog import data_prefix as table_data_prefix
 
 pytestmark = pytest.mark.s3
 
@@ -33,7 +34,7 @@ def check_log_objects(endpoint: str, bucket: str, table: Any) -> None:
     """Every log object decodes completely, its header matches its name, and offsets chain densely."""
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
                           aws_secret_access_key="testing")
-    data_prefix = table.connection.table_prefix(table.info)
+    data_prefix = table_data_prefix(table.info)
     root = table.connection.store.root.split("/", 1)[1]
     for b in range(table.bucket_num):
         prefix = f"{root}/{data_prefix}/log/b{b:05d}/"

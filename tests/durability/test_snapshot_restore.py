@@ -70,10 +70,10 @@ def test_restore_from_snapshot_plus_tail_local(tmp_store, tmp_path, changelog_re
     assert restored.equals(expected)
     assert restored.equals(changelog_replay(restored_table))
     for b in range(3):
-        tablet = restored_table.kv_tablet(b)
+        tablet = restored_table._tablets().kv_tablet(b)
         assert 0 < tablet.last_snapshot <= ends[b], f"bucket {b} did not restore from a snapshot"
         assert tablet.applied == ends[b]
-    assert any(restored_table.kv_tablet(b).last_snapshot < ends[b] for b in range(3)), "no tail was replayed"
+    assert any(restored_table._tablets().kv_tablet(b).last_snapshot < ends[b] for b in range(3)), "no tail was replayed"
     keys = [{"id": k} for k in range(60)]
     assert restored_table.lookup(keys).equals(table.lookup(keys))
     assert _files(Path(tmp_store)) == before, "restoring changed the store"
@@ -82,7 +82,7 @@ def test_restore_from_snapshot_plus_tail_local(tmp_store, tmp_path, changelog_re
     table.snapshot()
     again = fl.connect(tmp_store, local_dir=str(tmp_path / "reader-2")).get_table("d.users")
     assert again.to_polars().sort("id").equals(expected)
-    assert [again.kv_tablet(b).last_snapshot for b in range(3)] == [ends[b] for b in range(3)]
+    assert [again._tablets().kv_tablet(b).last_snapshot for b in range(3)] == [ends[b] for b in range(3)]
 
     # the restored connection writes on, and the original writer catches up with it
     restored_table.upsert([{"id": 1000, "name": "new", "score": 1}])
@@ -108,9 +108,9 @@ def test_restore_from_snapshot_plus_tail_s3(s3_url, tmp_path, changelog_replay):
     assert restored.equals(expected)
     assert restored.equals(changelog_replay(fresh))
     for b in range(2):
-        assert 0 < fresh.kv_tablet(b).last_snapshot <= ends[b]
+        assert 0 < fresh._tablets().kv_tablet(b).last_snapshot <= ends[b]
         # segments were downloaded from S3 into the reader's own local folder
-        assert any(name.endswith(".arrow") for name in os.listdir(fresh.kv_tablet(b).kv.directory))
+        assert any(name.endswith(".arrow") for name in os.listdir(fresh._tablets().kv_tablet(b).kv.directory))
     assert sorted(conn.store.fs.find(conn.store.root)) == objects, "restoring changed the store"
 
 

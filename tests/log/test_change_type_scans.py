@@ -13,7 +13,7 @@ import fluss_lake.log.log_tablet as log_tablet_module
 from fluss_lake import InvalidConfigError
 from fluss_lake.kv import kv_tablet
 from fluss_lake.log.log_batch import DELETE_CODE
-from fluss_lake.log.log_scanner import CHANGE_TYPE_NAMES
+from fluss_lake.log.log_reads import CHANGE_TYPE_NAMES
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def users(tmp_path: Path) -> fl.Table:
 def _headers(table: fl.Table) -> list:
     out = []
     for bucket in range(table.bucket_num):
-        tablet = table.log_tablet(bucket)
+        tablet = table._tablets().log_tablet(bucket)
         out += [batch.header for batch in tablet.read(tablet.earliest_offset)]
     return out
 

@@ -11,6 +11,7 @@ import pytest
 
 import fluss_lake as fl
 from fluss_lake.metadata.partition import value_string
+from fluss_lake.keys.bucketing import buckets_of
 
 
 def _conn(path, **kwargs):
@@ -152,7 +153,7 @@ def test_log_table_partitions_are_created_on_write_with_their_own_dense_offsets(
     assert sorted(eu.to_polars()["url"].to_list()) == ["/a", "/c", "/d"]
     assert us.to_polars()["url"].to_list() == ["/b", "/e"]
     us_log = us.scan_log()
-    assert us_log["_offset"].to_list() == [0, 1] and set(us_log["_bucket"].to_list()) == {us.buckets_of(
+    assert us_log["_offset"].to_list() == [0, 1] and set(us_log["_bucket"].to_list()) == {buckets_of(us.info, 
         pl.DataFrame({"user": [2]}, schema={"user": pl.Int64}))[0]}
     assert clicks.end_offsets() == {**{("eu", b): o for b, o in eu.end_offsets().items()},
                                     **{("us", b): o for b, o in us.end_offsets().items()}}
@@ -215,7 +216,7 @@ def test_prefix_lookup_on_a_partitioned_table_names_partition_and_bucket_key(tmp
 def test_per_bucket_operations_on_the_whole_partitioned_table_say_to_name_a_partition(tmp_path) -> None:
     orders = _orders(_conn(tmp_path))
     with pytest.raises(fl.UnsupportedOperationError, match="table.partition"):
-        orders.log_tablet(0)
+        orders._tablets().log_tablet(0)
     with pytest.raises(fl.InvalidConfigError, match="partition name, bucket"):
         orders.new_scan().subscribe(0, 0)
     conn = orders.connection
@@ -405,7 +406,7 @@ def test_a_scanner_on_the_whole_partitioned_table_follows_new_and_dropped_partit
     assert all(key[0] == "us" for key in scanner.positions)
     one = events.new_scan(columns=["v"])
     us = events.partition("us")
-    bucket = us.buckets_of(pl.DataFrame({"v": [4]}, schema={"v": pl.Int32}))[0]
+    bucket = buckets_of(us.info, pl.DataFrame({"v": [4]}, schema={"v": pl.Int32}))[0]
     one.subscribe(("us", bucket), 0)
     assert one.poll()["v"].to_list() == us.scan_log().filter(pl.col("_bucket") == bucket)["v"].to_list()
     assert events.new_scan().poll().height == 0  # nothing subscribed

@@ -20,6 +20,7 @@ from tiering_helpers import LAKE_ON, lake_rows, run_writer_with_tierers, sorted_
 
 import fluss_lake as fl
 from tiering import Lake, LakeSnapshot, read_lake, tier_once, tier_table
+from fluss_lake.keys.bucketing import buckets_of
 
 
 def _log_keyed(frame: pl.DataFrame) -> pl.DataFrame:
@@ -97,7 +98,7 @@ def test_changes_write_position_deletes_only_in_the_partitions_they_touch(local)
     tier_table(kv, lake)
     before = {t.file.file_path for t in lake.load("d.kv").scan().plan_files()}
     assert len(before) == 4  # one file per bucket partition
-    bucket_of_5 = int(kv.buckets_of(pl.DataFrame({"k": [5]}))[0])
+    bucket_of_5 = int(buckets_of(kv.info, pl.DataFrame({"k": [5]}))[0])
     kv.upsert([{"k": 5, "v": -5}])
     report = tier_table(kv, lake)
     assert (report.files_rewritten, report.position_deletes, report.delete_files) == (0, 1, 1)
@@ -116,7 +117,7 @@ def test_changes_write_position_deletes_only_in_the_partitions_they_touch(local)
     assert sorted_rows(lake_rows(lake, "d.kv"), ["k", "v"]) == sorted_rows(kv.to_polars(), ["k", "v"])
     assert sorted_rows(read_lake(lake, "d.kv").collect(), ["k", "v"]) == sorted_rows(kv.to_polars(), ["k", "v"])
     # a round of pure inserts into one bucket deletes nothing at all
-    fresh_key = next(k for k in range(1000, 2000) if int(kv.buckets_of(pl.DataFrame({"k": [k]}))[0]) == 0)
+    fresh_key = next(k for k in range(1000, 2000) if int(buckets_of(kv.info, pl.DataFrame({"k": [k]}))[0]) == 0)
     kv.upsert([{"k": fresh_key, "v": 1}])
     report = tier_table(kv, lake)
     assert (report.files_rewritten, report.position_deletes, report.delete_files) == (0, 0, 0)
@@ -335,5 +336,5 @@ def test_tiering_reads_the_changelog_without_opening_the_primary_key_state(local
     conn.get_table("d.kv").upsert([{"k": 1, "v": 100}])
     assert sorted_rows(union_read(fresh, lake).collect(), ["k", "v"]) == sorted_rows(
         conn.get_table("d.kv").to_polars(), ["k", "v"])
-    assert fresh._kv_tablets == {}  # no bucket state was opened
+    assert all(fresh._tablets().opened_kv_tablet(b) is None for b in range(fresh.bucket_num))  # no state opened
     assert not (tmp_path / "tierer").exists() or not any((tmp_path / "tierer").rglob("*.arrow"))
