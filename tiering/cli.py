@@ -126,8 +126,8 @@ def _orphans(conn: Any, lake: Any, tables: list[str] | None, grace: float, out: 
     from tiering.service import _resolve
 
     try:
-        for path in _resolve(conn, tables):
-            for report in remove_orphan_files(lake, path, older_than_s=grace):
+        for live in _resolve(conn, tables):
+            for report in remove_orphan_files(lake, live.path, older_than_s=grace):
                 _say(out, f"  {report.table:<30} removed {len(report.removed)} orphan file(s), kept "
                           f"{len(report.too_recent)} younger than {grace:g} s")
     except FlussLakeError as exc:

@@ -26,10 +26,10 @@ from tiering.schema import LakeKind, lake_arrow_schema, system_names
 if TYPE_CHECKING:
     from pyiceberg.table import Table as IcebergTable
 
-    from fluss_lake.catalog import Connection
+    from fluss_lake.connection import Connection
     from fluss_lake.table import Table
 
-__all__ = ["HISTORY_SUFFIX", "LAKE_DIR", "Lake"]
+__all__ = ["HISTORY_SUFFIX", "LAKE_DIR", "Lake", "expire_dropped_partitions"]
 
 HISTORY_SUFFIX = "__history"
 LAKE_DIR = "_lake"
@@ -160,7 +160,7 @@ class Lake:
                 if table is None:
                     raise
                 del exc
-        self._check_owner(table, live, kind)
+        _check_owner(table, live, kind)
         if table.current_snapshot() is None:  # idempotent: a crash between create and here is repaired here
             if table.spec().is_unpartitioned():  # identity on each partition column, then __bucket (as Fluss)
                 with table.update_spec() as spec:
@@ -170,15 +170,6 @@ class Lake:
                 with table.update_schema() as update:  # Iceberg identifier fields = the primary key (as Fluss)
                     update.set_identifier_fields(*live.schema.primary_key)
         return self._evolve(table, target, kind)
-
-    @staticmethod
-    def _check_owner(table: IcebergTable, live: Table, kind: LakeKind) -> None:
-        owner = table.properties.get(TABLE_ID_PROPERTY)
-        if owner != live.info.table_id or table.properties.get(_KIND_PROPERTY) != kind:
-            raise LakeTableMismatchError(
-                f"lake table {'.'.join(table.name())} belongs to live table id {owner} ({table.properties.get(_KIND_PROPERTY)}"
-                f"), not to {live.path} (id {live.info.table_id}, {kind}): the live table was dropped and created again."
-                " Drop the old lake table (Lake.drop) or rename it to keep its data, then tier again")
 
     @staticmethod
     def _evolve(table: IcebergTable, target: Any, kind: LakeKind) -> IcebergTable:
@@ -219,16 +210,7 @@ class Lake:
         """
         if not live.is_partitioned:
             return []
-        existing = {p.name for p in live.list_partitions()}
-        removed: set[str] = set()
-        for kind in ("log", "history"):
-            table = self.load(live.path, kind)  # type: ignore[arg-type]
-            if table is None or table.current_snapshot() is None:
-                continue
-            self._check_owner(table, live, kind if kind == "history" else ("primary-key" if live.is_primary_key_table
-                                                                             else "log"))
-            removed.update(_expire_files(table, live, existing))
-        return sorted(removed)  # type: ignore[type-var]
+        return expire_dropped_partitions(live, {kind: self.load(live.path, kind) for kind in ("log", "history")})
 
     def remove_orphan_files(self, path: str | TablePath, *, older_than_s: float = 3600.0,
                             dry_run: bool = False) -> list[Any]:
@@ -246,6 +228,32 @@ class Lake:
 
     def __repr__(self) -> str:
         return f"<Lake {self.properties.get('type')} {self.properties.get('warehouse', '')}>"
+
+
+def expire_dropped_partitions(live: Table, tables: Mapping[str, IcebergTable | None]) -> list[str]:
+    """:meth:`Lake.expire_partitions` on lake tables already loaded (``{"log": main table, "history": ...}``)."""
+    if not live.is_partitioned:
+        return []
+    existing = {p.name for p in live.list_partitions()}
+    removed: set[str] = set()
+    for kind in ("log", "history"):
+        table = tables.get(kind)
+        if table is None or table.current_snapshot() is None:
+            continue
+        _check_owner(table, live, kind if kind == "history" else ("primary-key" if live.is_primary_key_table
+                                                                        else "log"))
+        removed.update(_expire_files(table, live, existing))
+    return sorted(removed)  # type: ignore[type-var]
+
+
+def _check_owner(table: IcebergTable, live: Table, kind: LakeKind) -> None:
+    """The lake table must belong to this incarnation of the live table, as a table of `kind`."""
+    owner = table.properties.get(TABLE_ID_PROPERTY)
+    if owner != live.info.table_id or table.properties.get(_KIND_PROPERTY) != kind:
+        raise LakeTableMismatchError(
+            f"lake table {'.'.join(table.name())} belongs to live table id {owner} ({table.properties.get(_KIND_PROPERTY)}"
+            f"), not to {live.path} (id {live.info.table_id}, {kind}): the live table was dropped and created again."
+            " Drop the old lake table (Lake.drop) or rename it to keep its data, then tier again")
 
 
 def _local_properties(path: str) -> dict[str, str]:

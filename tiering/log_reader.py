@@ -1,9 +1,11 @@
 """Reading a live table's log without opening its primary-key state.
 
-``Table.log_tablet`` of a primary-key table opens the bucket's state first (restoring the newest snapshot, which
-on S3 downloads its segments, and replaying the log tail): tiering and union reads only need the changelog, so
-they read through plain ``LogTablet`` objects over the same objects in the store. One reader per live ``Table``
-is kept, so the per-bucket listings are made once and then only probed forward.
+A primary-key table's own reads open each bucket's state first (restoring the newest snapshot, which on S3
+downloads its segments, and replaying the log tail): tiering and union reads only need the changelog, so they read
+through plain ``LogTablet`` objects over the same objects in the store. :class:`LogReader` is a
+:class:`~fluss_lake.log.log_source.LogSource` built from public surface only (the store's key layout, the
+catalog's data prefix, ``LogTablet``), read with :func:`fluss_lake.log.log_reads.read_buckets`. One reader per live
+``Table`` handle is kept, so the per-bucket listings are made once and then only probed forward.
 
 A partitioned table is read partition by partition (``Table.partition_tables()``): its offsets are keyed by
 ``(partition name, bucket)`` (``(None, bucket)`` for an unpartitioned table), as in the lake's snapshot summary.
@@ -14,27 +16,29 @@ from __future__ import annotations
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
-from fluss_lake.log.log_scanner import scan_log
+from fluss_lake.catalog import data_prefix
+from fluss_lake.io import layout
+from fluss_lake.log.log_reads import read_buckets
+from fluss_lake.log.log_source import LogSource
 from fluss_lake.log.log_tablet import LogTablet
-
-if TYPE_CHECKING:
-    from fluss_lake.table import Table
+from fluss_lake.table import Table
 
 __all__ = ["LiveOffsets", "LogReader", "live_offsets", "log_reader"]
 
 _READERS: weakref.WeakKeyDictionary[Any, LogReader] = weakref.WeakKeyDictionary()
 
 
-class LogReader:
-    """The parts of a :class:`~fluss_lake.table.Table` that log scans use, over state-free log tablets."""
+class LogReader(LogSource):
+    """The logs of a live table handle (unpartitioned, or one partition) over state-free log tablets."""
 
     def __init__(self, live: Table) -> None:
         self.live = live
-        self._tablets: dict[tuple[str, int], LogTablet] = {}
+        self.prefix = data_prefix(live.info, live.partition_info)
+        self._tablets: dict[int, LogTablet] = {}
 
     @property
     def schema(self) -> Any:
@@ -47,32 +51,45 @@ class LogReader:
         return self.live.bucket_num
 
     def log_tablet(self, bucket: int) -> LogTablet:
-        """The log of one bucket (shared with the table when it is open there already)."""
-        live = self.live
-        if not live.is_primary_key_table:
-            return live.log_tablet(bucket)
-        opened = live._kv_tablets.get(bucket)
-        if opened is not None:
-            return opened.log
-        prefix = live._data_prefix()  # the partition's own folder for a partition handle
-        key = (prefix, bucket)
-        tablet = self._tablets.get(key)
+        """The log of one bucket (its own view, listed once, then probed forward)."""
+        tablet = self._tablets.get(bucket)
         if tablet is None:
-            tablet = self._tablets[key] = LogTablet(live.connection.store, f"{prefix}/log/b{bucket:05d}", bucket)
+            tablet = self._tablets[bucket] = LogTablet(self.live.connection.store,
+                                                       layout.log_prefix(self.prefix, bucket), bucket)
         return tablet
+
+    def offsets(self) -> dict[int, tuple[int, int]]:
+        """``{bucket: (earliest, end)}``: each bucket's log end (fresh), then its first retained offset.
+
+        A view probes forward from the end it knows; when ``table.log.ttl`` expired every batch it knew and the
+        batch at that end too, it cannot see past the gap (it then knows no retained batch, while a log always
+        keeps its newest one): such a view is listed again.
+        """
+        found = {}
+        for b in range(self.bucket_num):
+            tablet = self.log_tablet(b)
+            end = tablet.refresh()
+            earliest = tablet.earliest_offset
+            if end and earliest >= end:
+                del self._tablets[b]
+                tablet = self.log_tablet(b)
+                end = tablet.refresh()
+                earliest = tablet.earliest_offset
+            found[b] = (earliest, end)
+        return found
 
     def end_offsets(self) -> dict[int, int]:
         """Log end offset of every bucket (fresh)."""
-        return {b: self.log_tablet(b).refresh() for b in range(self.bucket_num)}
+        return {b: end for b, (_, end) in self.offsets().items()}
 
     def earliest_offsets(self) -> dict[int, int]:
         """First retained offset of every bucket."""
-        return {b: self.log_tablet(b).earliest_offset for b in range(self.bucket_num)}
+        return {b: earliest for b, (earliest, _) in self.offsets().items()}
 
     def scan_log(self, *, start_offsets: Mapping[int, int] | None = None,
                  end_offsets: Mapping[int, int] | None = None, columns: Sequence[str] | None = None) -> pl.DataFrame:
         """``Table.scan_log`` over these log tablets."""
-        return scan_log(self, start_offsets=start_offsets, end_offsets=end_offsets, columns=columns)  # type: ignore[arg-type]
+        return read_buckets(self, start_offsets=start_offsets, end_offsets=end_offsets, columns=columns)
 
 
 def log_reader(live: Table) -> LogReader:
@@ -102,15 +119,18 @@ class LiveOffsets:
 
 
 def live_offsets(live: Table) -> LiveOffsets:
-    """End offsets (fresh), then earliest offsets, of every bucket of every partition that exists now."""
+    """The partitions that exist now, with each bucket's end offset (fresh), then its earliest offset.
+
+    This is what one round resolves of the live table once: the handles, offsets and partition ids it plans,
+    reads and commits with (the partitions are listed again only to leave out one dropped meanwhile).
+    """
     handles: dict[str | None, Table] = {t.partition_name: t for t in live.partition_tables()}
     end: dict[tuple[str | None, int], int] = {}
     earliest: dict[tuple[str | None, int], int] = {}
     ids: dict[str, str] = {}
     for name, handle in handles.items():
-        reader = log_reader(handle)
-        end.update({(name, b): o for b, o in reader.end_offsets().items()})
-        earliest.update({(name, b): o for b, o in reader.earliest_offsets().items()})
+        for b, (first, last) in log_reader(handle).offsets().items():
+            end[(name, b)], earliest[(name, b)] = last, first
         if handle.partition_info is not None:
             ids[name] = handle.partition_info.partition_id  # type: ignore[index]
     if ids:  # a partition dropped while its (now empty) log was listed is not part of this moment

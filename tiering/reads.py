@@ -29,7 +29,7 @@ from tiering.schema import BUCKET, CHANGE_TYPE, OFFSET, SYSTEM_COLUMNS, TIMESTAM
 from tiering.state_index import state_index
 
 if TYPE_CHECKING:
-    from fluss_lake.catalog import Connection
+    from fluss_lake.connection import Connection
     from fluss_lake.table import Table
     from tiering.lake import Lake
 
@@ -112,6 +112,11 @@ def read_history(lake: Lake, path: str | TablePath) -> pl.LazyFrame:
     if table is None:
         raise TableNotExistError(f"the lake has no history table for {TablePath.of(path)} (only primary-key tables "
                                  "have one; tier the table first with tier_once)")
+    return _history(lake, table)
+
+
+def _history(lake: Lake, table: Any) -> pl.LazyFrame:
+    """:func:`read_history` of a loaded history table."""
     frame = _scan(lake, table)
     keys = partition_columns(table)
     if not keys:
@@ -220,10 +225,7 @@ def _live_state(now: LiveOffsets, keys: set[tuple[str | None, int]]) -> pl.LazyF
     """Current rows of some buckets from the live state (their un-tiered log expired)."""
     frames = []
     for name, b in sorted(keys, key=lambda k: (k[0] or "", k[1])):
-        tablet = now.handles[name].kv_tablet(b)
-        with tablet.lock:
-            tablet.catch_up()
-            frames.append(tablet.kv.scan().with_columns(
+        frames.append(now.handles[name].bucket_state(b).rows.with_columns(
                 pl.lit(b, pl.Int32).alias(BUCKET), pl.lit(-1, pl.Int64).alias(OFFSET),
                 pl.lit(-1000, pl.Int64).cast(pl.Datetime("us", "UTC")).alias(TIMESTAMP)))
     return pl.concat(frames, how="vertical_relaxed").lazy()
@@ -261,8 +263,9 @@ def register_duckdb(con: Any, lake: Lake, connection: Connection | None = None, 
             frames[path.table] = union_read(connection.get_table(path), lake)
         else:
             frames[path.table] = read_lake(lake, path)
-        if lake.load(path, "history") is not None:
-            frames[path.table + "__history"] = read_history(lake, path)
+        history = lake.load(path, "history")
+        if history is not None:
+            frames[path.table + "__history"] = _history(lake, history)
         con.execute(f'CREATE SCHEMA IF NOT EXISTS "{path.database}"')
         for name, frame in frames.items():
             hidden = f"__fluss_lake_{path.database}_{name}"

@@ -14,6 +14,7 @@ from typing import Any, Literal
 import polars as pl
 import pyarrow as pa
 
+from fluss_lake.metadata.partition import partition_name_of
 from fluss_lake.exceptions import LakeTableMismatchError
 from fluss_lake.metadata.schema import Schema
 
@@ -95,16 +96,14 @@ def system_names(kind: LakeKind) -> Sequence[str]:
 def file_key(iceberg_table: Any, data_file: Any, live_schema: Schema,
              partition_keys: Sequence[str]) -> tuple[str | None, int]:
     """``(Fluss partition name or None, bucket)`` of a lake data file, from its identity partition values."""
-    from fluss_lake.metadata.partition import partition_name, value_string
-
     spec = iceberg_table.specs()[data_file.spec_id]
     names = [iceberg_table.schema().find_field(f.source_id).name for f in spec.fields]
     values = dict(zip(names, data_file.partition, strict=False))
     if not partition_keys:
         return None, int(values[BUCKET])
     dtypes = live_schema.polars_schema
-    return partition_name([value_string(_from_iceberg(values[k], dtypes[k]), dtypes[k]) for k in partition_keys]), \
-        int(values[BUCKET])
+    row = {k: _from_iceberg(values[k], dtypes[k]) for k in partition_keys}
+    return partition_name_of(row, partition_keys, dtypes), int(values[BUCKET])
 
 
 def _from_iceberg(value: Any, dtype: pl.DataType) -> Any:

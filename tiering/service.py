@@ -25,7 +25,7 @@ from tiering.lake import Lake
 from tiering.log_reader import live_offsets
 
 if TYPE_CHECKING:
-    from fluss_lake.catalog import Connection
+    from fluss_lake.connection import Connection
     from fluss_lake.table import Table
 
 __all__ = ["DEFAULT_FRESHNESS_MS", "TableLag", "TieringService", "lake_tables", "table_lag", "tier_once"]
@@ -63,27 +63,35 @@ def freshness_ms(live: Table) -> int:
 
 def lake_tables(connection: Connection) -> list[TablePath]:
     """Every live table with ``table.datalake.enabled`` (and an Iceberg or unset lake format)."""
+    return [live.path for live in _enabled_tables(connection)]
+
+
+def _enabled_tables(connection: Connection) -> list[Table]:
+    """The live tables with the lake enabled, each got once."""
     found = []
     for database in connection.list_databases():
         for name in connection.list_tables(database):
-            path = TablePath(database, name)
             try:
-                if lake_enabled(connection.get_table(path)):
-                    found.append(path)
+                live = connection.get_table(TablePath(database, name))
             except FlussLakeError:  # dropped while listing
                 continue
+            if lake_enabled(live):
+                found.append(live)
     return found
 
 
-def _resolve(connection: Connection, tables: Sequence[str | TablePath] | None) -> list[TablePath]:
+def _resolve(connection: Connection, tables: Sequence[str | TablePath] | None) -> list[Table]:
+    """The tables a round tiers, each got once (the given ones must have the lake enabled)."""
     if tables is None:
-        return lake_tables(connection)
-    paths = [TablePath.of(t) for t in tables]
-    for path in paths:
-        if not lake_enabled(connection.get_table(path)):
+        return _enabled_tables(connection)
+    found = []
+    for path in [TablePath.of(t) for t in tables]:
+        live = connection.get_table(path)
+        if not lake_enabled(live):
             raise InvalidConfigError(f"{path} is not enabled for the lake; alter it with set_options="
                                      "{'table.datalake.enabled': True} (and table.datalake.format 'iceberg' or unset)")
-    return paths
+        found.append(live)
+    return found
 
 
 def tier_once(connection: Connection, lake: Lake | None = None, *, tables: Sequence[str | TablePath] | None = None,
@@ -111,10 +119,9 @@ def tier_once(connection: Connection, lake: Lake | None = None, *, tables: Seque
     """
     lake = lake or Lake.for_connection(connection)
     reports, errors = [], []
-    for path in _resolve(connection, tables):
+    for live in _resolve(connection, tables):
         try:
-            report = tier_table(connection.get_table(path), lake, expire_partitions=expire_partitions,
-                                compaction=compaction)
+            report = tier_table(live, lake, expire_partitions=expire_partitions, compaction=compaction)
         except FlussLakeError as exc:
             errors.append(exc)
             continue
@@ -264,13 +271,17 @@ class TieringService:
     # ------------------------------------------------------------ status
     def lag(self) -> dict[TablePath, TableLag]:
         """The lag of every table the service tiers (offsets per bucket and seconds)."""
-        paths = self._fixed if self._fixed is not None else lake_tables(self.connection)
-        return {p: table_lag(self.connection.get_table(p), self.lake) for p in paths}
+        return {live.path: table_lag(live, self.lake) for live in self._tables()}
+
+    def _tables(self) -> list[Table]:
+        """The live tables the service tiers, each got once."""
+        if self._fixed is None:
+            return _enabled_tables(self.connection)
+        return [self.connection.get_table(p) for p in self._fixed]
 
     def wait_until_caught_up(self, *, timeout_s: float = 60.0, poll_s: float = 0.05) -> bool:
         """Wait until every table's lake holds its live log as of this call; False on timeout."""
-        paths = self._fixed if self._fixed is not None else lake_tables(self.connection)
-        targets = {p: live_offsets(self.connection.get_table(p)) for p in paths}
+        targets = {live.path: live_offsets(live) for live in self._tables()}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if all(all(self.lake.snapshot(p).start(k, now.ids.get(k[0])) >= o  # type: ignore[arg-type]
