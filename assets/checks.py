@@ -19,8 +19,15 @@ from assets.tables import (
     schema_differences,
 )
 
-__all__ = ["JOB_CHECKS", "LIVE_CHECKS", "duplicate_keys", "payment_ids_unique", "primary_key_check", "schema_check",
-           "spend_matches_payments"]
+__all__ = [
+    "JOB_CHECKS",
+    "LIVE_CHECKS",
+    "duplicate_keys",
+    "payment_ids_unique",
+    "primary_key_check",
+    "schema_check",
+    "spend_matches_payments",
+]
 
 
 def duplicate_keys(rows: pl.LazyFrame, key: Sequence[str]) -> pl.DataFrame:
@@ -41,15 +48,21 @@ def _missing(spec: LiveTableSpec) -> dg.AssetCheckResult:
 def schema_check(spec: LiveTableSpec) -> dg.AssetChecksDefinition:
     """Check that the stored schema (columns, types, primary key, merge engine) is the declared one."""
 
-    @dg.asset_check(asset=dg.AssetKey(spec.name), name="schema_matches_declaration",
-                    description=f"{spec.path} has the declared columns, types, primary key and merge engine")
+    @dg.asset_check(
+        asset=dg.AssetKey(spec.name),
+        name="schema_matches_declaration",
+        description=f"{spec.path} has the declared columns, types, primary key and merge engine",
+    )
     def _check(live: LiveStore) -> dg.AssetCheckResult:
         connection = live.connection()
         if not connection.table_exists(spec.path):
             return _missing(spec)
         problems = schema_differences(spec, connection.get_table(spec.path))
-        return dg.AssetCheckResult(passed=not problems, description="; ".join(problems) or "schema as declared",
-                                   metadata={"differences": dg.MetadataValue.json(problems)})
+        return dg.AssetCheckResult(
+            passed=not problems,
+            description="; ".join(problems) or "schema as declared",
+            metadata={"differences": dg.MetadataValue.json(problems)},
+        )
 
     return _check
 
@@ -58,8 +71,11 @@ def primary_key_check(spec: LiveTableSpec) -> dg.AssetChecksDefinition:
     """Check that the table's current state holds each primary key once."""
     key = list(spec.primary_key)
 
-    @dg.asset_check(asset=dg.AssetKey(spec.name), name="primary_key_unique",
-                    description=f"the state of {spec.path} holds each {', '.join(key)} once")
+    @dg.asset_check(
+        asset=dg.AssetKey(spec.name),
+        name="primary_key_unique",
+        description=f"the state of {spec.path} holds each {', '.join(key)} once",
+    )
     def _check(live: LiveStore) -> dg.AssetCheckResult:
         connection = live.connection()
         if not connection.table_exists(spec.path):
@@ -67,15 +83,21 @@ def primary_key_check(spec: LiveTableSpec) -> dg.AssetChecksDefinition:
         table = connection.get_table(spec.path)
         stored = list(table.schema.primary_key)  # the stored key (the schema check reports a changed declaration)
         duplicates = duplicate_keys(table.to_lazy(columns=stored), stored)
-        return dg.AssetCheckResult(passed=duplicates.height == 0, metadata={
-            "duplicate_keys": duplicates.height,
-            "examples": dg.MetadataValue.json(duplicates.head(5).to_dicts())})
+        return dg.AssetCheckResult(
+            passed=duplicates.height == 0,
+            metadata={
+                "duplicate_keys": duplicates.height,
+                "examples": dg.MetadataValue.json(duplicates.head(5).to_dicts()),
+            },
+        )
 
     return _check
 
 
-@dg.asset_check(asset=dg.AssetKey("payments"),
-                description="each payment_id occurs once in the payments log (re-runs append nothing twice)")
+@dg.asset_check(
+    asset=dg.AssetKey("payments"),
+    description="each payment_id occurs once in the payments log (re-runs append nothing twice)",
+)
 def payment_ids_unique(live: LiveStore) -> dg.AssetCheckResult:
     """The log table has no primary key; the demo's payment ids must still be unique across batches and re-runs."""
     spec = DEMO_TABLES["payments"]
@@ -84,12 +106,16 @@ def payment_ids_unique(live: LiveStore) -> dg.AssetCheckResult:
         return _missing(spec)
     ids = connection.get_table(spec.path).scan_log(columns=["payment_id"]).lazy()
     duplicates = duplicate_keys(ids, ["payment_id"])
-    return dg.AssetCheckResult(passed=duplicates.height == 0, metadata={
-        "duplicate_ids": duplicates.height, "examples": dg.MetadataValue.json(duplicates.head(5).to_dicts())})
+    return dg.AssetCheckResult(
+        passed=duplicates.height == 0,
+        metadata={"duplicate_ids": duplicates.height, "examples": dg.MetadataValue.json(duplicates.head(5).to_dicts())},
+    )
 
 
-@dg.asset_check(asset=dg.AssetKey("customer_spend"),
-                description="totals per customer equal a batch group-by of the payments the aggregation job consumed")
+@dg.asset_check(
+    asset=dg.AssetKey("customer_spend"),
+    description="totals per customer equal a batch group-by of the payments the aggregation job consumed",
+)
 def spend_matches_payments(live: LiveStore) -> dg.AssetCheckResult:
     """The aggregation engine's totals against a recomputation from the payments log up to the job's offsets.
 
@@ -105,18 +131,28 @@ def spend_matches_payments(live: LiveStore) -> dg.AssetCheckResult:
     job = customer_spend_job(connection)
     payments = job.source.scan_log(end_offsets=job.offsets("source"), columns=["customer_id", "amount", "paid_at"])
     expected = payments.group_by("customer_id").agg(
-        pl.col("amount").sum().alias("expected_spend"), pl.len().cast(pl.Int64).alias("expected_count"),
-        pl.col("amount").max().alias("expected_max"), pl.col("paid_at").max().alias("expected_last"))
+        pl.col("amount").sum().alias("expected_spend"),
+        pl.len().cast(pl.Int64).alias("expected_count"),
+        pl.col("amount").max().alias("expected_max"),
+        pl.col("paid_at").max().alias("expected_last"),
+    )
     kept = job.result.to_polars().select("customer_id", "total_spend", "order_count", "max_order", "last_order_at")
     joined = expected.join(kept, on="customer_id", how="full", coalesce=True)
-    off = joined.filter((pl.col("order_count") != pl.col("expected_count")).fill_null(True)
-                        | ((pl.col("total_spend") - pl.col("expected_spend")).abs() > 1e-6).fill_null(True)
-                        | (pl.col("max_order") != pl.col("expected_max")).fill_null(True)
-                        | (pl.col("last_order_at") != pl.col("expected_last")).fill_null(True))
-    return dg.AssetCheckResult(passed=off.height == 0, metadata={
-        "customers": joined.height, "customers_off": off.height, "payments_consumed": payments.height,
-        "examples": dg.MetadataValue.json(off.head(5).with_columns(cs.temporal().cast(pl.String))
-                                          .to_dicts())})
+    off = joined.filter(
+        (pl.col("order_count") != pl.col("expected_count")).fill_null(True)
+        | ((pl.col("total_spend") - pl.col("expected_spend")).abs() > 1e-6).fill_null(True)
+        | (pl.col("max_order") != pl.col("expected_max")).fill_null(True)
+        | (pl.col("last_order_at") != pl.col("expected_last")).fill_null(True)
+    )
+    return dg.AssetCheckResult(
+        passed=off.height == 0,
+        metadata={
+            "customers": joined.height,
+            "customers_off": off.height,
+            "payments_consumed": payments.height,
+            "examples": dg.MetadataValue.json(off.head(5).with_columns(cs.temporal().cast(pl.String)).to_dicts()),
+        },
+    )
 
 
 #: Checks of the tables the generators write.

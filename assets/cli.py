@@ -14,10 +14,12 @@ __all__ = ["main", "register"]
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``ui`` sub-command to the ``fluss-lake`` parser."""
     parser = subparsers.add_parser(
-        "ui", help="start the Dagster UI with the Customer 360 demo ready to materialize (Ctrl-C stops it)",
+        "ui",
+        help="start the Dagster UI with the Customer 360 demo ready to materialize (Ctrl-C stops it)",
         description="Start `dagster dev` on the assets code location. Tables live under --home (default "
-                    "$FLUSS_LAKE_HOME or ./.fluss-lake): the live store in live/, the Iceberg catalog in lake/, "
-                    "the Dagster instance in dagster/ (telemetry off).")
+        "$FLUSS_LAKE_HOME or ./.fluss-lake): the live store in live/, the Iceberg catalog in lake/, "
+        "the Dagster instance in dagster/ (telemetry off).",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--port", type=int, default=3000, help="port to listen on (default: 3000)")
     parser.add_argument("--home", type=Path, default=None, help="folder for the store, the lake and Dagster")

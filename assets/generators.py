@@ -62,16 +62,22 @@ class Scenario:
     batch_window_ms: int = 3_600_000
 
     def __post_init__(self) -> None:
-        checks = {"customers": self.customers >= 1, "new_customers_per_batch": self.new_customers_per_batch >= 0,
-                  "orders_per_batch": 1 <= self.orders_per_batch < ORDER_ID_STRIDE,
-                  "batch_window_ms": self.batch_window_ms >= 1}
+        checks = {
+            "customers": self.customers >= 1,
+            "new_customers_per_batch": self.new_customers_per_batch >= 0,
+            "orders_per_batch": 1 <= self.orders_per_batch < ORDER_ID_STRIDE,
+            "batch_window_ms": self.batch_window_ms >= 1,
+        }
         for name, ok in checks.items():
             if not ok:
-                raise InvalidConfigError(f"demo scenario {name}={getattr(self, name)!r} is out of range; use a "
-                                         f"positive value (orders_per_batch below {ORDER_ID_STRIDE})")
+                raise InvalidConfigError(
+                    f"demo scenario {name}={getattr(self, name)!r} is out of range; use a "
+                    f"positive value (orders_per_batch below {ORDER_ID_STRIDE})"
+                )
         if self.epoch.tzinfo is None:
-            raise InvalidConfigError("demo scenario epoch must be timezone-aware, e.g. datetime(2026, 11, 1, "
-                                     "tzinfo=UTC)")
+            raise InvalidConfigError(
+                "demo scenario epoch must be timezone-aware, e.g. datetime(2026, 11, 1, tzinfo=UTC)"
+            )
 
     def customers_at(self, batch: int) -> int:
         """How many customers exist once batch `batch` of ``customers`` is applied."""
@@ -142,20 +148,37 @@ def customers(s: Scenario, batch: int) -> pl.DataFrame:
     changed = np.unique(rng.integers(0, first, size=max(first // 100, 0))) if first else np.zeros(0, np.int64)
     ids = np.concatenate([new, changed])
     segment = _pick(_SEGMENTS, _unit(ids, 3), np.array([0.8, 0.15, 0.05]))
-    segment[len(new):] = _pick(_SEGMENTS, rng.random(len(changed)), np.array([0.5, 0.35, 0.15]))
+    segment[len(new) :] = _pick(_SEGMENTS, rng.random(len(changed)), np.array([0.5, 0.35, 0.15]))
     year_ms = 365 * 86_400_000
-    signup = np.where(ids < s.customers, s.window(0)[0] - (_unit(ids, 4) * year_ms).astype(np.int64),
-                      s.window(np.maximum((ids - s.customers) // max(s.new_customers_per_batch, 1) + 1, 0))[0]
-                      + (_unit(ids, 4) * s.batch_window_ms).astype(np.int64))
-    updated = np.where(np.arange(len(ids)) < len(new), np.maximum(signup, start),
-                       start + (rng.random(len(ids)) * (end - start)).astype(np.int64))
-    frame = pl.DataFrame({
-        "customer_id": ids, "first": _pick(_FIRST, _unit(ids, 5)), "last": _pick(_LAST, _unit(ids, 6)),
-        "domain": _pick(_DOMAINS, _unit(ids, 7)), "country": customer_country(ids), "segment": segment,
-        "signup_at": _ts(signup), "updated_at": _ts(updated)})
-    frame = frame.with_columns(pl.format("{} {}", "first", "last").alias("name"),
-                               pl.format("{}.{}{}@{}", pl.col("first").str.to_lowercase(), pl.col("last")
-                                         .str.to_lowercase(), "customer_id", "domain").alias("email"))
+    signup = np.where(
+        ids < s.customers,
+        s.window(0)[0] - (_unit(ids, 4) * year_ms).astype(np.int64),
+        s.window(np.maximum((ids - s.customers) // max(s.new_customers_per_batch, 1) + 1, 0))[0]
+        + (_unit(ids, 4) * s.batch_window_ms).astype(np.int64),
+    )
+    updated = np.where(
+        np.arange(len(ids)) < len(new),
+        np.maximum(signup, start),
+        start + (rng.random(len(ids)) * (end - start)).astype(np.int64),
+    )
+    frame = pl.DataFrame(
+        {
+            "customer_id": ids,
+            "first": _pick(_FIRST, _unit(ids, 5)),
+            "last": _pick(_LAST, _unit(ids, 6)),
+            "domain": _pick(_DOMAINS, _unit(ids, 7)),
+            "country": customer_country(ids),
+            "segment": segment,
+            "signup_at": _ts(signup),
+            "updated_at": _ts(updated),
+        }
+    )
+    frame = frame.with_columns(
+        pl.format("{} {}", "first", "last").alias("name"),
+        pl.format(
+            "{}.{}{}@{}", pl.col("first").str.to_lowercase(), pl.col("last").str.to_lowercase(), "customer_id", "domain"
+        ).alias("email"),
+    )
     return _conform(frame, "customers")
 
 
@@ -167,15 +190,17 @@ def _placed_orders(s: Scenario, batch: int) -> pl.DataFrame:
     population = s.customers_at(batch)
     customer = np.minimum((population * rng.random(n) ** 2).astype(np.int64), population - 1)
     country = customer_country(customer)
-    return pl.DataFrame({
-        "order_id": batch * ORDER_ID_STRIDE + np.arange(n, dtype=np.int64),
-        "customer_id": customer,
-        "amount": np.round(rng.lognormal(3.5, 0.8, n), 2),
-        "currency": pl.Series(country).replace_strict(_CURRENCY),
-        "status": np.full(n, "placed"),
-        "channel": _pick(_ORDER_CHANNELS, rng.random(n), np.array([0.45, 0.25, 0.2, 0.1])),
-        "created_at": _ts(np.sort(start + (rng.random(n) * (end - start)).astype(np.int64))),
-    })
+    return pl.DataFrame(
+        {
+            "order_id": batch * ORDER_ID_STRIDE + np.arange(n, dtype=np.int64),
+            "customer_id": customer,
+            "amount": np.round(rng.lognormal(3.5, 0.8, n), 2),
+            "currency": pl.Series(country).replace_strict(_CURRENCY),
+            "status": np.full(n, "placed"),
+            "channel": _pick(_ORDER_CHANNELS, rng.random(n), np.array([0.45, 0.25, 0.2, 0.1])),
+            "created_at": _ts(np.sort(start + (rng.random(n) * (end - start)).astype(np.int64))),
+        }
+    )
 
 
 def orders(s: Scenario, batch: int) -> pl.DataFrame:
@@ -204,11 +229,13 @@ def payments(s: Scenario, batch: int) -> pl.DataFrame:
     frame = placed.select("order_id", "customer_id", "amount", "created_at").with_columns(
         pl.col("order_id").alias("payment_id"),
         pl.Series("method", _pick(_METHODS, rng.random(n), np.array([0.7, 0.22, 0.08]))),
-        pl.Series("card_country", card_country), pl.Series("ip_country", ip_country),
+        pl.Series("card_country", card_country),
+        pl.Series("ip_country", ip_country),
         pl.Series("device_id", device.astype(np.int64)).cast(pl.String).str.pad_start(13, "0"),
         pl.Series("is_new_device", new_device),
         (pl.col("created_at") + pl.duration(milliseconds=pl.Series(rng.integers(500, 30_000, n)))).alias("paid_at"),
-        pl.Series("is_fraud", is_fraud))
+        pl.Series("is_fraud", is_fraud),
+    )
     return _conform(frame, "payments")
 
 
@@ -226,22 +253,38 @@ def stream(s: Scenario, name: str, batch: int) -> pl.DataFrame:
         return _ts(start + (rng.random(n) * (end - start)).astype(np.int64))
 
     if name == "sessions":
-        cols = {"last_seen_at": moment(), "sessions_7d": rng.poisson(4, n) + 1,
-                "last_channel": _pick(_CHANNELS, rng.random(n), np.array([0.5, 0.3, 0.2])),
-                "pages_per_session": np.round(rng.gamma(2.0, 2.5, n), 1)}
+        cols = {
+            "last_seen_at": moment(),
+            "sessions_7d": rng.poisson(4, n) + 1,
+            "last_channel": _pick(_CHANNELS, rng.random(n), np.array([0.5, 0.3, 0.2])),
+            "pages_per_session": np.round(rng.gamma(2.0, 2.5, n), 1),
+        }
     elif name == "transactions":
         count = rng.poisson(6, n) + 1
-        cols = {"txn_count_30d": count, "txn_amount_30d": np.round(count * rng.lognormal(3.5, 0.6, n), 2),
-                "last_txn_at": moment()}
+        cols = {
+            "txn_count_30d": count,
+            "txn_amount_30d": np.round(count * rng.lognormal(3.5, 0.6, n), 2),
+            "last_txn_at": moment(),
+        }
     elif name == "crm_tickets":
-        cols = {"open_tickets": rng.poisson(0.7, n), "last_ticket_topic": _pick(_TOPICS, rng.random(n)),
-                "csat": np.round(np.clip(rng.normal(4.0, 0.9, n), 1.0, 5.0), 1)}
+        cols = {
+            "open_tickets": rng.poisson(0.7, n),
+            "last_ticket_topic": _pick(_TOPICS, rng.random(n)),
+            "csat": np.round(np.clip(rng.normal(4.0, 0.9, n), 1.0, 5.0), 1),
+        }
     elif name == "marketing":
         opens = rng.poisson(3, n)
-        cols = {"email_opens_30d": opens, "email_clicks_30d": rng.binomial(opens, 0.25),
-                "last_campaign": _pick(_CAMPAIGNS, rng.random(n)), "unsubscribed": rng.random(n) < 0.01}
+        cols = {
+            "email_opens_30d": opens,
+            "email_clicks_30d": rng.binomial(opens, 0.25),
+            "last_campaign": _pick(_CAMPAIGNS, rng.random(n)),
+            "unsubscribed": rng.random(n) < 0.01,
+        }
     else:
-        cols = {"app_version": _pick(_VERSIONS, rng.random(n), np.array([0.2, 0.3, 0.5])),
-                "crashes_7d": rng.poisson(0.3, n), "active_minutes_7d": np.round(rng.gamma(2.0, 45.0, n))}
+        cols = {
+            "app_version": _pick(_VERSIONS, rng.random(n), np.array([0.2, 0.3, 0.5])),
+            "crashes_7d": rng.poisson(0.3, n),
+            "active_minutes_7d": np.round(rng.gamma(2.0, 45.0, n)),
+        }
     frame = pl.DataFrame({"customer_id": ids, **cols})
     return _conform(frame, "customer_360", ("customer_id", *STREAM_COLUMNS[name]))

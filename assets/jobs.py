@@ -35,8 +35,19 @@ from assets.tables import DEMO_TABLES
 from fluss_lake.exceptions import JobStateError
 from fluss_lake.jobs import Aggregation, DeltaJoin, Job, JobReport, Join, LookupJoin
 
-__all__ = ["JOB_ASSETS", "ORDERS_ENRICHED_JOINS", "ORDERS_ENRICHED_SELECT", "JobConfig", "customer_spend", "customer_spend_job", "fraud_risk", "fraud_risk_job",
-           "fraud_signals", "orders_enriched", "orders_enriched_job"]
+__all__ = [
+    "JOB_ASSETS",
+    "ORDERS_ENRICHED_JOINS",
+    "ORDERS_ENRICHED_SELECT",
+    "JobConfig",
+    "customer_spend",
+    "customer_spend_job",
+    "fraud_risk",
+    "fraud_risk_job",
+    "fraud_signals",
+    "orders_enriched",
+    "orders_enriched_job",
+]
 
 _GROUP = "jobs"
 _KINDS = {"fluss", "polars"}
@@ -47,8 +58,10 @@ _C360_COLUMNS = ["sessions_7d", "txn_count_30d", "txn_amount_30d", "open_tickets
 class JobConfig(dg.Config):
     """Options of a job materialization."""
 
-    reset: bool = Field(default=False, description="Forget the job's checkpoints and rebuild its result table "
-                                                   "from the inputs' earliest offsets")
+    reset: bool = Field(
+        default=False,
+        description="Forget the job's checkpoints and rebuild its result table from the inputs' earliest offsets",
+    )
 
 
 def _table(connection: fl.Connection, name: str) -> fl.Table:
@@ -62,18 +75,30 @@ def _reset(connection: fl.Connection, job: Job, result: str) -> None:
 
 
 #: The projection of orders (``o``) LEFT JOIN customers (``c``) into ``orders_enriched``.
-ORDERS_ENRICHED_SELECT = {"customer_id": "o.customer_id", "order_id": "o.order_id", "amount": "o.amount",
-                          "currency": "o.currency", "status": "o.status", "channel": "o.channel",
-                          "created_at": "o.created_at", "customer_name": "c.name", "customer_country": "c.country",
-                          "segment": "c.segment"}
+ORDERS_ENRICHED_SELECT = {
+    "customer_id": "o.customer_id",
+    "order_id": "o.order_id",
+    "amount": "o.amount",
+    "currency": "o.currency",
+    "status": "o.status",
+    "channel": "o.channel",
+    "created_at": "o.created_at",
+    "customer_name": "c.name",
+    "customer_country": "c.country",
+    "segment": "c.segment",
+}
 ORDERS_ENRICHED_JOINS = [Join("o", "c", ["customer_id"], how="left")]
 
 
 def orders_enriched_job(connection: fl.Connection) -> DeltaJoin:
     """The delta join orders LEFT JOIN customers into ``orders_enriched``."""
-    return DeltaJoin(_table(connection, "orders_enriched"),
-                     {"o": _table(connection, "orders"), "c": _table(connection, "customers")},
-                     ORDERS_ENRICHED_JOINS, select=ORDERS_ENRICHED_SELECT, name=_job_name("orders_enriched"))
+    return DeltaJoin(
+        _table(connection, "orders_enriched"),
+        {"o": _table(connection, "orders"), "c": _table(connection, "customers")},
+        ORDERS_ENRICHED_JOINS,
+        select=ORDERS_ENRICHED_SELECT,
+        name=_job_name("orders_enriched"),
+    )
 
 
 def fraud_signals(enriched: pl.DataFrame) -> pl.DataFrame:
@@ -85,17 +110,31 @@ def fraud_signals(enriched: pl.DataFrame) -> pl.DataFrame:
     """
     known = pl.col("txn_count_30d").is_not_null() & (pl.col("txn_count_30d") > 0)
     ratio = pl.when(known).then(pl.col("amount") / (pl.col("txn_amount_30d") / pl.col("txn_count_30d")))
-    logit = (-4.0 + 2.2 * pl.col("ip_mismatch").cast(pl.Float64) + 1.6 * pl.col("is_new_device").cast(pl.Float64)
-             + 0.8 * pl.col("amount_ratio").fill_null(3.0).clip(0.05, 50.0).log()
-             + 1.0 * (~pl.col("known_customer")).cast(pl.Float64)
-             + 1.5 * (pl.col("last_ticket_topic") == "fraud_report").fill_null(False).cast(pl.Float64))
+    logit = (
+        -4.0
+        + 2.2 * pl.col("ip_mismatch").cast(pl.Float64)
+        + 1.6 * pl.col("is_new_device").cast(pl.Float64)
+        + 0.8 * pl.col("amount_ratio").fill_null(3.0).clip(0.05, 50.0).log()
+        + 1.0 * (~pl.col("known_customer")).cast(pl.Float64)
+        + 1.5 * (pl.col("last_ticket_topic") == "fraud_report").fill_null(False).cast(pl.Float64)
+    )
     score = 1.0 / (1.0 + (-logit).exp())
-    return enriched.with_columns(known.alias("known_customer"),
-                                 (pl.col("ip_country") != pl.col("card_country")).fill_null(True).alias("ip_mismatch"),
-                                 ratio.alias("amount_ratio")).with_columns(
-        score.alias("risk_score")).with_columns(
-        pl.when(pl.col("risk_score") >= 0.5).then(pl.lit("high")).when(pl.col("risk_score") >= 0.15)
-        .then(pl.lit("medium")).otherwise(pl.lit("low")).alias("risk_band"))
+    return (
+        enriched.with_columns(
+            known.alias("known_customer"),
+            (pl.col("ip_country") != pl.col("card_country")).fill_null(True).alias("ip_mismatch"),
+            ratio.alias("amount_ratio"),
+        )
+        .with_columns(score.alias("risk_score"))
+        .with_columns(
+            pl.when(pl.col("risk_score") >= 0.5)
+            .then(pl.lit("high"))
+            .when(pl.col("risk_score") >= 0.15)
+            .then(pl.lit("medium"))
+            .otherwise(pl.lit("low"))
+            .alias("risk_band")
+        )
+    )
 
 
 class _ScoredLookupJoin(LookupJoin):
@@ -107,17 +146,31 @@ class _ScoredLookupJoin(LookupJoin):
 
 def fraud_risk_job(connection: fl.Connection) -> LookupJoin:
     """The lookup join payments -> current ``customer_360`` row -> ``fraud_risk`` (appended exactly once)."""
-    return _ScoredLookupJoin(_table(connection, "customer_360"), on={"customer_id": "customer_id"},
-                             columns=_C360_COLUMNS, source=_table(connection, "payments"),
-                             sink=_table(connection, "fraud_risk"), name=_job_name("fraud_risk"))
+    return _ScoredLookupJoin(
+        _table(connection, "customer_360"),
+        on={"customer_id": "customer_id"},
+        columns=_C360_COLUMNS,
+        source=_table(connection, "payments"),
+        sink=_table(connection, "fraud_risk"),
+        name=_job_name("fraud_risk"),
+    )
 
 
 def customer_spend_job(connection: fl.Connection) -> Aggregation:
     """The aggregation push-down payments -> ``customer_spend`` (totals in the table, offsets in the store)."""
-    return Aggregation(_table(connection, "payments"), _table(connection, "customer_spend"), group_by=["customer_id"],
-                       aggregates={"total_spend": ("sum", "amount"), "order_count": ("count", None),
-                                   "max_order": ("max", "amount"), "first_order_at": ("min", "paid_at"),
-                                   "last_order_at": ("max", "paid_at")}, name=_job_name("customer_spend"))
+    return Aggregation(
+        _table(connection, "payments"),
+        _table(connection, "customer_spend"),
+        group_by=["customer_id"],
+        aggregates={
+            "total_spend": ("sum", "amount"),
+            "order_count": ("count", None),
+            "max_order": ("max", "amount"),
+            "first_order_at": ("min", "paid_at"),
+            "last_order_at": ("max", "paid_at"),
+        },
+        name=_job_name("customer_spend"),
+    )
 
 
 def _run(connection: fl.Connection, make: Any, result: str, config: JobConfig) -> tuple[Job, JobReport, bool]:
@@ -156,19 +209,33 @@ def table_has_rows(table: fl.Table) -> bool:
 
 
 def _job_metadata(job: Job, report: JobReport, reset: bool) -> dict[str, Any]:
-    return {"job": job.name, "steps": report.steps, "records_read": report.records_read,
-            "rows_upserted": report.rows_upserted, "rows_deleted": report.rows_deleted,
-            "rows_appended": report.rows_appended, "reset": reset, "state_bytes": job.state_bytes(),
-            "checkpoint": job.checkpoint.number,
-            "input_offsets": dg.MetadataValue.json({alias: {str(b): o for b, o in offs.items()}
-                                                    for alias, offs in report.offsets.items()}),
-            "lag": dg.MetadataValue.json(job.lag())}
+    return {
+        "job": job.name,
+        "steps": report.steps,
+        "records_read": report.records_read,
+        "rows_upserted": report.rows_upserted,
+        "rows_deleted": report.rows_deleted,
+        "rows_appended": report.rows_appended,
+        "reset": reset,
+        "state_bytes": job.state_bytes(),
+        "checkpoint": job.checkpoint.number,
+        "input_offsets": dg.MetadataValue.json(
+            {alias: {str(b): o for b, o in offs.items()} for alias, offs in report.offsets.items()}
+        ),
+        "lag": dg.MetadataValue.json(job.lag()),
+    }
 
 
 def _asset(name: str, deps: list[str]) -> Any:
     spec = DEMO_TABLES[name]
-    return dg.asset(name=name, group_name=_GROUP, kinds=_KINDS, description=spec.description, deps=deps,
-                    metadata={"table": spec.path})
+    return dg.asset(
+        name=name,
+        group_name=_GROUP,
+        kinds=_KINDS,
+        description=spec.description,
+        deps=deps,
+        metadata={"table": spec.path},
+    )
 
 
 @_asset("orders_enriched", deps=["orders", "customers"])

@@ -33,8 +33,19 @@ from tiering.schema import HISTORY_COLUMNS, SYSTEM_COLUMNS
 if TYPE_CHECKING:
     import fluss_lake as fl
 
-__all__ = ["LAKE_ASSETS", "LAKE_CHECKS", "LAKE_GROUP", "LAKE_SCHEDULES", "LAKE_SENSORS", "lagging_tables",
-           "lake_key", "tier_lake", "tiering_job", "tiering_lag_sensor", "tiering_schedule"]
+__all__ = [
+    "LAKE_ASSETS",
+    "LAKE_CHECKS",
+    "LAKE_GROUP",
+    "LAKE_SCHEDULES",
+    "LAKE_SENSORS",
+    "lagging_tables",
+    "lake_key",
+    "tier_lake",
+    "tiering_job",
+    "tiering_lag_sensor",
+    "tiering_schedule",
+]
 
 LAKE_GROUP = "lake"
 _HISTORY = "__history"
@@ -61,15 +72,30 @@ def _specs() -> list[dg.AssetSpec]:
     specs = []
     for spec in DEMO_TABLES.values():
         kind = "current state, one row per key" if spec.is_primary_key_table else "every record"
-        specs.append(dg.AssetSpec(lake_key(spec.name), deps=[spec.name], group_name=LAKE_GROUP, skippable=True,
-                                  kinds={"iceberg", "polars"}, metadata={"lake_table": spec.path},
-                                  description=f"Iceberg copy of {spec.path} ({kind}) + __bucket, __offset, __timestamp"))
+        specs.append(
+            dg.AssetSpec(
+                lake_key(spec.name),
+                deps=[spec.name],
+                group_name=LAKE_GROUP,
+                skippable=True,
+                kinds={"iceberg", "polars"},
+                metadata={"lake_table": spec.path},
+                description=f"Iceberg copy of {spec.path} ({kind}) + __bucket, __offset, __timestamp",
+            )
+        )
         if spec.is_primary_key_table:
-            specs.append(dg.AssetSpec(lake_key(spec.name, history=True), deps=[spec.name], group_name=LAKE_GROUP,
-                                      skippable=True, kinds={"iceberg", "polars"},
-                                      metadata={"lake_table": spec.path + _HISTORY},
-                                      description=f"Changelog history of {spec.path} (+I -U +U -D with offset and "
-                                                  "commit time): what point-in-time training sets read"))
+            specs.append(
+                dg.AssetSpec(
+                    lake_key(spec.name, history=True),
+                    deps=[spec.name],
+                    group_name=LAKE_GROUP,
+                    skippable=True,
+                    kinds={"iceberg", "polars"},
+                    metadata={"lake_table": spec.path + _HISTORY},
+                    description=f"Changelog history of {spec.path} (+I -U +U -D with offset and "
+                    "commit time): what point-in-time training sets read",
+                )
+            )
     return specs
 
 
@@ -81,9 +107,13 @@ def _count(frame: pl.LazyFrame) -> int:
     return int(frame.select(pl.len()).collect().item())
 
 
-@dg.multi_asset(specs=_specs(), can_subset=True, name="tier_lake",
-                description="One tiering round (tiering.tier_once) over the selected tables: the live log since the "
-                            "lake's offsets, committed with the new offsets in one Iceberg snapshot (exactly once)")
+@dg.multi_asset(
+    specs=_specs(),
+    can_subset=True,
+    name="tier_lake",
+    description="One tiering round (tiering.tier_once) over the selected tables: the live log since the "
+    "lake's offsets, committed with the new offsets in one Iceberg snapshot (exactly once)",
+)
 def tier_lake(context: dg.AssetExecutionContext, live: LiveStore, lake: LakeCatalog) -> Any:
     """Tier the selected demo tables once and report each lake table's snapshot, rows and offsets."""
     selected = sorted({_table_of(key)[0] for key in context.selected_asset_keys})
@@ -94,27 +124,50 @@ def tier_lake(context: dg.AssetExecutionContext, live: LiveStore, lake: LakeCata
     for report in reports:
         name = report.table.table
         spec = DEMO_TABLES[name]
-        common = {"lake_table": str(report.table), "committed": report.committed, "seconds": round(report.seconds, 3),
-                  "start_offsets": _offsets_json(report.start_offsets),
-                  "tiered_offsets": _offsets_json(report.end_offsets)}
+        common = {
+            "lake_table": str(report.table),
+            "committed": report.committed,
+            "seconds": round(report.seconds, 3),
+            "start_offsets": _offsets_json(report.start_offsets),
+            "tiered_offsets": _offsets_json(report.end_offsets),
+        }
         key = lake_key(name)
         if key in context.selected_asset_keys:
-            yield dg.MaterializeResult(asset_key=key, metadata={
-                **common, "rows_tiered": report.rows, "snapshot_id": report.snapshot_id,
-                "dagster/row_count": _count(tiering.read_lake(lk, spec.path))})
+            yield dg.MaterializeResult(
+                asset_key=key,
+                metadata={
+                    **common,
+                    "rows_tiered": report.rows,
+                    "snapshot_id": report.snapshot_id,
+                    "dagster/row_count": _count(tiering.read_lake(lk, spec.path)),
+                },
+            )
         key = lake_key(name, history=True)
         if spec.is_primary_key_table and key in context.selected_asset_keys:
-            yield dg.MaterializeResult(asset_key=key, metadata={
-                **common, "rows_tiered": report.history_rows, "snapshot_id": report.history_snapshot_id,
-                "dagster/row_count": _count(tiering.read_history(lk, spec.path))})
+            yield dg.MaterializeResult(
+                asset_key=key,
+                metadata={
+                    **common,
+                    "rows_tiered": report.history_rows,
+                    "snapshot_id": report.history_snapshot_id,
+                    "dagster/row_count": _count(tiering.read_history(lk, spec.path)),
+                },
+            )
 
 
 #: Tier every demo table (or the subset a sensor or the UI selects).
-tiering_job = dg.define_asset_job("tiering", selection=dg.AssetSelection.groups(LAKE_GROUP),
-                                  description="One tiering round of the demo tables into the Iceberg lake")
+tiering_job = dg.define_asset_job(
+    "tiering",
+    selection=dg.AssetSelection.groups(LAKE_GROUP),
+    description="One tiering round of the demo tables into the Iceberg lake",
+)
 
-tiering_schedule = dg.ScheduleDefinition(name="tiering_every_5_minutes", job=tiering_job, cron_schedule="*/5 * * * *",
-                                         default_status=dg.DefaultScheduleStatus.STOPPED)
+tiering_schedule = dg.ScheduleDefinition(
+    name="tiering_every_5_minutes",
+    job=tiering_job,
+    cron_schedule="*/5 * * * *",
+    default_status=dg.DefaultScheduleStatus.STOPPED,
+)
 
 
 def _freshness_s(table: "fl.Table") -> float:
@@ -135,48 +188,64 @@ def lagging_tables(connection: "fl.Connection", lake: tiering.Lake, *, now_ms: i
         lag = tiering.table_lag(table, lake, now_ms=now_ms)
         freshness = _freshness_s(table)
         if lag.seconds > freshness:
-            out[spec.name] = {"offsets": {str(b): int(o) for b, o in table.end_offsets().items()},
-                              "lag_s": round(lag.seconds, 3), "freshness_s": freshness}
+            out[spec.name] = {
+                "offsets": {str(b): int(o) for b, o in table.end_offsets().items()},
+                "lag_s": round(lag.seconds, 3),
+                "freshness_s": freshness,
+            }
     return out
 
 
-@dg.sensor(job=tiering_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.STOPPED,
-           description="Request a tiering run for the tables whose lag exceeds table.datalake.freshness "
-                       "(cursor: the live end offsets last requested per table)")
+@dg.sensor(
+    job=tiering_job,
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.STOPPED,
+    description="Request a tiering run for the tables whose lag exceeds table.datalake.freshness "
+    "(cursor: the live end offsets last requested per table)",
+)
 def tiering_lag_sensor(context: dg.SensorEvaluationContext, live: LiveStore, lake: LakeCatalog) -> Any:
     """One run per new lag: tables already requested at the same live offsets are not requested again."""
     cursor: dict[str, Any] = json.loads(context.cursor) if context.cursor else {}
     lagging = lagging_tables(live.connection(), lake.lake())
     new = {name: info for name, info in lagging.items() if cursor.get(name) != info["offsets"]}
     if not new:
-        return dg.SkipReason(f"{len(lagging)} table(s) behind their freshness, all already requested"
-                             if lagging else "every table is within its freshness")
+        return dg.SkipReason(
+            f"{len(lagging)} table(s) behind their freshness, all already requested"
+            if lagging
+            else "every table is within its freshness"
+        )
     requested = {name: info["offsets"] for name, info in sorted(new.items())}
     run_key = "tier-" + hashlib.sha256(json.dumps(requested, sort_keys=True).encode()).hexdigest()[:20]
     keys = [lake_key(name) for name in requested]
     keys += [lake_key(name, history=True) for name in requested if DEMO_TABLES[name].is_primary_key_table]
     context.update_cursor(json.dumps({**cursor, **requested}, sort_keys=True))
-    return dg.RunRequest(run_key=run_key, asset_selection=keys,
-                         tags={"fluss-lake/lagging": ",".join(requested)})
+    return dg.RunRequest(run_key=run_key, asset_selection=keys, tags={"fluss-lake/lagging": ",".join(requested)})
 
 
 # ------------------------------------------------------------------ checks
 def _lake_missing(spec: LiveTableSpec, history: bool) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(passed=False, description=f"the lake has no {'history of ' if history else ''}"
-                                                         f"{spec.path} yet; materialize lake/{spec.name}")
+    return dg.AssetCheckResult(
+        passed=False,
+        description=f"the lake has no {'history of ' if history else ''}{spec.path} yet; materialize lake/{spec.name}",
+    )
 
 
 def _lag_check(spec: LiveTableSpec) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=lake_key(spec.name), name="tiering_lag_within_freshness",
-                    description=f"the lake copy of {spec.path} is at most table.datalake.freshness behind")
+    @dg.asset_check(
+        asset=lake_key(spec.name),
+        name="tiering_lag_within_freshness",
+        description=f"the lake copy of {spec.path} is at most table.datalake.freshness behind",
+    )
     def _check(live: LiveStore, lake: LakeCatalog) -> dg.AssetCheckResult:
         connection = live.connection()
         if not connection.table_exists(spec.path):
             return _lake_missing(spec, False)
         table = connection.get_table(spec.path)
         lag, freshness = tiering.table_lag(table, lake.lake()), _freshness_s(table)
-        return dg.AssetCheckResult(passed=lag.seconds <= freshness, metadata={
-            "lag_seconds": lag.seconds, "freshness_seconds": freshness, "offsets_behind": lag.total_offsets})
+        return dg.AssetCheckResult(
+            passed=lag.seconds <= freshness,
+            metadata={"lag_seconds": lag.seconds, "freshness_seconds": freshness, "offsets_behind": lag.total_offsets},
+        )
 
     return _check
 
@@ -184,8 +253,11 @@ def _lag_check(spec: LiveTableSpec) -> dg.AssetChecksDefinition:
 def _parity_check(spec: LiveTableSpec, history: bool) -> dg.AssetChecksDefinition:
     what = "changelog records" if history else ("rows per key" if spec.is_primary_key_table else "records")
 
-    @dg.asset_check(asset=lake_key(spec.name, history=history), name="row_parity_with_live",
-                    description=f"the lake holds exactly the live {what} of {spec.path} below its tiered offsets")
+    @dg.asset_check(
+        asset=lake_key(spec.name, history=history),
+        name="row_parity_with_live",
+        description=f"the lake holds exactly the live {what} of {spec.path} below its tiered offsets",
+    )
     def _check(live: LiveStore, lake: LakeCatalog) -> dg.AssetCheckResult:
         connection, lk = live.connection(), lake.lake()
         kind = "history" if history else ("primary-key" if spec.is_primary_key_table else "log")
@@ -195,7 +267,7 @@ def _parity_check(spec: LiveTableSpec, history: bool) -> dg.AssetChecksDefinitio
         offsets = lk.snapshot(spec.path, kind).bucket_offsets()
         ends = {b: offsets.get(b, 0) for b in table.end_offsets()}
         if history or not spec.is_primary_key_table:
-            lake_rows = (tiering.read_history(lk, spec.path) if history else tiering.read_lake(lk, spec.path))
+            lake_rows = tiering.read_history(lk, spec.path) if history else tiering.read_lake(lk, spec.path)
             lake_n = _count(lake_rows)
             live_n = table.scan_log(end_offsets=ends, columns=[table.schema.names[0]]).height
             missing = extra = 0
@@ -208,9 +280,16 @@ def _parity_check(spec: LiveTableSpec, history: bool) -> dg.AssetChecksDefinitio
             live_n, lake_n = live_keys.height, lake_keys.height
             missing = live_keys.join(lake_keys, on=key, how="anti").height
             extra = lake_keys.join(live_keys, on=key, how="anti").height
-        return dg.AssetCheckResult(passed=live_n == lake_n and not missing and not extra, metadata={
-            "lake_rows": lake_n, "live_rows_at_tiered_offsets": live_n, "keys_missing_in_lake": missing,
-            "keys_only_in_lake": extra, "tiered_offsets": _offsets_json(ends)})
+        return dg.AssetCheckResult(
+            passed=live_n == lake_n and not missing and not extra,
+            metadata={
+                "lake_rows": lake_n,
+                "live_rows_at_tiered_offsets": live_n,
+                "keys_missing_in_lake": missing,
+                "keys_only_in_lake": extra,
+                "tiered_offsets": _offsets_json(ends),
+            },
+        )
 
     return _check
 
@@ -218,8 +297,11 @@ def _parity_check(spec: LiveTableSpec, history: bool) -> dg.AssetChecksDefinitio
 def _schema_check(spec: LiveTableSpec, history: bool) -> dg.AssetChecksDefinition:
     system = list(HISTORY_COLUMNS if history else SYSTEM_COLUMNS)
 
-    @dg.asset_check(asset=lake_key(spec.name, history=history), name="schema_is_live_plus_system_columns",
-                    description=f"the lake columns are the live columns of {spec.path} then {', '.join(system)}")
+    @dg.asset_check(
+        asset=lake_key(spec.name, history=history),
+        name="schema_is_live_plus_system_columns",
+        description=f"the lake columns are the live columns of {spec.path} then {', '.join(system)}",
+    )
     def _check(live: LiveStore, lake: LakeCatalog) -> dg.AssetCheckResult:
         connection, lk = live.connection(), lake.lake()
         kind = "history" if history else ("primary-key" if spec.is_primary_key_table else "log")
@@ -230,9 +312,14 @@ def _schema_check(spec: LiveTableSpec, history: bool) -> dg.AssetChecksDefinitio
         found = [f.name for f in fields]
         expected = [*connection.get_table(spec.path).schema.names, *system]
         optional_system = [f.name for f in fields if f.name in system and not f.required]
-        return dg.AssetCheckResult(passed=found == expected and not optional_system, metadata={
-            "lake_columns": dg.MetadataValue.json(found), "expected": dg.MetadataValue.json(expected),
-            "system_columns_not_required": dg.MetadataValue.json(optional_system)})
+        return dg.AssetCheckResult(
+            passed=found == expected and not optional_system,
+            metadata={
+                "lake_columns": dg.MetadataValue.json(found),
+                "expected": dg.MetadataValue.json(expected),
+                "system_columns_not_required": dg.MetadataValue.json(optional_system),
+            },
+        )
 
     return _check
 
@@ -240,16 +327,24 @@ def _schema_check(spec: LiveTableSpec, history: bool) -> dg.AssetChecksDefinitio
 def _lake_key_check(spec: LiveTableSpec) -> dg.AssetChecksDefinition:
     key = list(spec.primary_key)
 
-    @dg.asset_check(asset=lake_key(spec.name), name="primary_key_unique_in_lake",
-                    description=f"the lake state of {spec.path} holds each {', '.join(key)} once")
+    @dg.asset_check(
+        asset=lake_key(spec.name),
+        name="primary_key_unique_in_lake",
+        description=f"the lake state of {spec.path} holds each {', '.join(key)} once",
+    )
     def _check(lake: LakeCatalog) -> dg.AssetCheckResult:
         try:
             rows = tiering.read_lake(lake.lake(), spec.path).select(key)
         except TableNotExistError:
             return _lake_missing(spec, False)
         duplicates = duplicate_keys(rows, key)
-        return dg.AssetCheckResult(passed=duplicates.height == 0, metadata={
-            "duplicate_keys": duplicates.height, "examples": dg.MetadataValue.json(duplicates.head(5).to_dicts())})
+        return dg.AssetCheckResult(
+            passed=duplicates.height == 0,
+            metadata={
+                "duplicate_keys": duplicates.height,
+                "examples": dg.MetadataValue.json(duplicates.head(5).to_dicts()),
+            },
+        )
 
     return _check
 

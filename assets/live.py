@@ -60,8 +60,10 @@ _KINDS = {"fluss", "polars"}
 class LiveBatchConfig(dg.Config):
     """Which batch of events to write."""
 
-    batch: int | None = Field(default=None, description="Batch to write (default: the one after the last "
-                                                        "materialized batch; 0 on a fresh instance)")
+    batch: int | None = Field(
+        default=None,
+        description="Batch to write (default: the one after the last materialized batch; 0 on a fresh instance)",
+    )
 
 
 class Customer360Config(LiveBatchConfig):
@@ -77,9 +79,11 @@ def open_table(connection: fl.Connection, spec: LiveTableSpec) -> fl.Table:
     table = connection.get_table(spec.path)
     problems = schema_differences(spec, table)
     if problems:
-        raise SchemaMismatchError(f"table {spec.path} in {connection.url} does not match the demo's declaration "
-                                  f"({'; '.join(problems)}); drop it, or point FLUSS_LAKE_HOME / FLUSS_LAKE_URL at "
-                                  "another store")
+        raise SchemaMismatchError(
+            f"table {spec.path} in {connection.url} does not match the demo's declaration "
+            f"({'; '.join(problems)}); drop it, or point FLUSS_LAKE_HOME / FLUSS_LAKE_URL at "
+            "another store"
+        )
     if LAKE_OPTIONS_KEY not in table.info.options:  # created before the demo was tiered: enable the lake
         connection.alter_table(spec.path, set_options=dict(LAKE_OPTIONS))
         table = connection.get_table(spec.path)
@@ -111,13 +115,17 @@ def _batch(context: dg.AssetExecutionContext, config: LiveBatchConfig) -> int:
     return int(previous["batch"]) + 1 if previous and "batch" in previous else 0
 
 
-def live_metadata(table: fl.Table, scenario: Scenario | None, batch: int | None,
-              written: dict[str, Any]) -> dict[str, Any]:
+def live_metadata(
+    table: fl.Table, scenario: Scenario | None, batch: int | None, written: dict[str, Any]
+) -> dict[str, Any]:
     """What a live asset reports: table, store, batch window, rows written and the log end offsets."""
-    meta: dict[str, Any] = {"table": str(table.path), "store": table.connection.url,
-                            "dagster/row_count": table_row_count(table),
-                            "end_offsets": dg.MetadataValue.json({str(b): o for b, o in table.end_offsets().items()}),
-                            **written}
+    meta: dict[str, Any] = {
+        "table": str(table.path),
+        "store": table.connection.url,
+        "dagster/row_count": table_row_count(table),
+        "end_offsets": dg.MetadataValue.json({str(b): o for b, o in table.end_offsets().items()}),
+        **written,
+    }
     if batch is not None and scenario is not None:
         start, end = scenario.window(batch)
         meta["batch"] = batch
@@ -128,37 +136,50 @@ def live_metadata(table: fl.Table, scenario: Scenario | None, batch: int | None,
 def _asset(name: str, **kwargs: Any) -> Any:
     """``@dg.asset`` with the live group, kinds and the table's description."""
     spec = DEMO_TABLES[name]
-    return dg.asset(name=name, group_name=_GROUP, kinds=_KINDS, description=spec.description,
-                    metadata={"table": spec.path}, **kwargs)
+    return dg.asset(
+        name=name,
+        group_name=_GROUP,
+        kinds=_KINDS,
+        description=spec.description,
+        metadata={"table": spec.path},
+        **kwargs,
+    )
 
 
-def _upsert_generated(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore,
-                      demo: DemoScenario, name: str, generate) -> dg.MaterializeResult:  # noqa: ANN001
+def _upsert_generated(
+    context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore, demo: DemoScenario, name: str, generate
+) -> dg.MaterializeResult:
     """Upsert the generated rows of the run's batch into one demo table and report what the write did."""
     scenario, batch = demo.scenario(), _batch(context, config)
     table = open_table(live.connection(), DEMO_TABLES[name])
     result = table.upsert(generate(scenario, batch))
-    return dg.MaterializeResult(metadata=live_metadata(table, scenario, batch, {"rows_written": result.rows,
-                                                                             "changelog_records": result.records}))
+    return dg.MaterializeResult(
+        metadata=live_metadata(
+            table, scenario, batch, {"rows_written": result.rows, "changelog_records": result.records}
+        )
+    )
 
 
 @_asset("customers")
-def customers(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore,
-              demo: DemoScenario) -> dg.MaterializeResult:
+def customers(
+    context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore, demo: DemoScenario
+) -> dg.MaterializeResult:
     """Upsert the batch's sign-ups and profile changes."""
     return _upsert_generated(context, config, live, demo, "customers", gen.customers)
 
 
 @_asset("orders", deps=["customers"])
-def orders(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore,
-           demo: DemoScenario) -> dg.MaterializeResult:
+def orders(
+    context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore, demo: DemoScenario
+) -> dg.MaterializeResult:
     """Upsert the batch's orders: placed, then shipped (two changes of one key in one write)."""
     return _upsert_generated(context, config, live, demo, "orders", gen.orders)
 
 
 @_asset("payments", deps=["orders"])
-def payments(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore,
-             demo: DemoScenario) -> dg.MaterializeResult:
+def payments(
+    context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore, demo: DemoScenario
+) -> dg.MaterializeResult:
     """Append the batch's payments that are not in the log yet (re-running a batch appends nothing twice)."""
     scenario, batch = demo.scenario(), _batch(context, config)
     table = open_table(live.connection(), DEMO_TABLES["payments"])
@@ -167,13 +188,15 @@ def payments(context: dg.AssetExecutionContext, config: LiveBatchConfig, live: L
     present = table.scan_log(columns=["payment_id"], filters=[("payment_id", ">=", lo), ("payment_id", "<", hi)])
     missing = events.join(present.select("payment_id"), on="payment_id", how="anti")
     rows = table.append(missing).rows if missing.height else 0
-    return dg.MaterializeResult(metadata=live_metadata(table, scenario, batch, {"rows_written": rows,
-                                                                             "already_present": present.height}))
+    return dg.MaterializeResult(
+        metadata=live_metadata(table, scenario, batch, {"rows_written": rows, "already_present": present.height})
+    )
 
 
 @_asset("customer_360", deps=["customers"])
-def customer_360(context: dg.AssetExecutionContext, config: Customer360Config, live: LiveStore,
-                 demo: DemoScenario) -> dg.MaterializeResult:
+def customer_360(
+    context: dg.AssetExecutionContext, config: Customer360Config, live: LiveStore, demo: DemoScenario
+) -> dg.MaterializeResult:
     """Each source system upserts only its own columns (one partial update per stream)."""
     unknown = sorted(set(config.streams) - set(STREAMS))
     if unknown:
@@ -186,8 +209,14 @@ def customer_360(context: dg.AssetExecutionContext, config: Customer360Config, l
         frame = gen.stream(scenario, name, batch).with_columns(window_end.alias("updated_at"))
         result = table.upsert(frame, target_columns=["customer_id", *STREAM_COLUMNS[name], "updated_at"])
         written[name] = result.rows
-    return dg.MaterializeResult(metadata=live_metadata(table, scenario, batch, {
-        "rows_written": sum(written.values()), "rows_per_stream": dg.MetadataValue.json(written)}))
+    return dg.MaterializeResult(
+        metadata=live_metadata(
+            table,
+            scenario,
+            batch,
+            {"rows_written": sum(written.values()), "rows_per_stream": dg.MetadataValue.json(written)},
+        )
+    )
 
 
 LIVE_ASSETS = [customers, orders, payments, customer_360]

@@ -55,8 +55,10 @@ def _json_object(text: str | None, what: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidConfigError(f"{what} is not valid JSON ({exc.msg} at character {exc.pos}); give an object "
-                                 'such as {"endpoint_url": "http://127.0.0.1:9000"}') from None
+        raise InvalidConfigError(
+            f"{what} is not valid JSON ({exc.msg} at character {exc.pos}); give an object "
+            'such as {"endpoint_url": "http://127.0.0.1:9000"}'
+        ) from None
     if not isinstance(value, dict):
         raise InvalidConfigError(f"{what} must be a JSON object, got {type(value).__name__}")
     return value
@@ -72,12 +74,15 @@ class LiveStore(dg.ConfigurableResource):
     []
     """
 
-    url: str | None = Field(default=None, description="Store folder or fsspec URL (default: $FLUSS_LAKE_URL, "
-                                                      "else <home>/live)")
-    storage_options: str | None = Field(default=None, description="fsspec storage options as a JSON object "
-                                                                   "(default: $FLUSS_LAKE_STORAGE_OPTIONS)")
-    local_dir: str | None = Field(default=None, description="Cache folder for primary-key state segments "
-                                                            "(default: a temporary folder)")
+    url: str | None = Field(
+        default=None, description="Store folder or fsspec URL (default: $FLUSS_LAKE_URL, else <home>/live)"
+    )
+    storage_options: str | None = Field(
+        default=None, description="fsspec storage options as a JSON object (default: $FLUSS_LAKE_STORAGE_OPTIONS)"
+    )
+    local_dir: str | None = Field(
+        default=None, description="Cache folder for primary-key state segments (default: a temporary folder)"
+    )
 
     _connection: fl.Connection | None = PrivateAttr(default=None)
 
@@ -87,15 +92,17 @@ class LiveStore(dg.ConfigurableResource):
 
     def resolved_storage_options(self) -> dict[str, Any]:
         """fsspec options after applying the environment."""
-        text = self.storage_options if self.storage_options is not None else os.environ.get(
-            "FLUSS_LAKE_STORAGE_OPTIONS")
+        text = (
+            self.storage_options if self.storage_options is not None else os.environ.get("FLUSS_LAKE_STORAGE_OPTIONS")
+        )
         return _json_object(text, "storage_options")
 
     def connection(self) -> fl.Connection:
         """A connection to the store (one per resource instance)."""
         if self._connection is None:
-            self._connection = fl.connect(self.resolved_url(), storage_options=self.resolved_storage_options(),
-                                          local_dir=self.local_dir)
+            self._connection = fl.connect(
+                self.resolved_url(), storage_options=self.resolved_storage_options(), local_dir=self.local_dir
+            )
         return self._connection
 
 
@@ -107,21 +114,29 @@ class LakeCatalog(dg.ConfigurableResource):
     S3 warehouse (give all four: see STACK-NOTES §3).
     """
 
-    name: str = Field(default="fluss", description="Catalog name (tiering's default, so `fluss-lake tier` sees the same tables)")
-    uri: str | None = Field(default=None, description="Catalog URI (default: $FLUSS_LAKE_CATALOG_URI, else "
-                                                      "sqlite:///<home>/lake/catalog.db)")
-    warehouse: str | None = Field(default=None, description="Warehouse location (default: $FLUSS_LAKE_WAREHOUSE, "
-                                                            "else <home>/lake/warehouse)")
-    properties: str | None = Field(default=None, description="More catalog properties as a JSON object "
-                                                             "(default: $FLUSS_LAKE_CATALOG_PROPERTIES)")
+    name: str = Field(
+        default="fluss", description="Catalog name (tiering's default, so `fluss-lake tier` sees the same tables)"
+    )
+    uri: str | None = Field(
+        default=None,
+        description="Catalog URI (default: $FLUSS_LAKE_CATALOG_URI, else sqlite:///<home>/lake/catalog.db)",
+    )
+    warehouse: str | None = Field(
+        default=None, description="Warehouse location (default: $FLUSS_LAKE_WAREHOUSE, else <home>/lake/warehouse)"
+    )
+    properties: str | None = Field(
+        default=None, description="More catalog properties as a JSON object (default: $FLUSS_LAKE_CATALOG_PROPERTIES)"
+    )
 
     _lake: Any = PrivateAttr(default=None)
 
     def resolved_properties(self) -> dict[str, str]:
         """Every catalog property after applying the environment and the embedded default."""
         lake = fluss_lake_home() / "lake"
-        extra = _json_object(self.properties if self.properties is not None
-                             else os.environ.get("FLUSS_LAKE_CATALOG_PROPERTIES"), "catalog properties")
+        extra = _json_object(
+            self.properties if self.properties is not None else os.environ.get("FLUSS_LAKE_CATALOG_PROPERTIES"),
+            "catalog properties",
+        )
         kind = str(extra.get("type", "sql"))
         uri = self.uri or os.environ.get("FLUSS_LAKE_CATALOG_URI")
         warehouse = self.warehouse or os.environ.get("FLUSS_LAKE_WAREHOUSE")
@@ -166,8 +181,14 @@ class DemoScenario(dg.ConfigurableResource):
         try:
             epoch = datetime.fromisoformat(self.epoch)
         except ValueError:
-            raise InvalidConfigError(f"epoch={self.epoch!r} is not an ISO timestamp; write e.g. "
-                                     "'2026-11-01T00:00:00+00:00'") from None
-        return Scenario(seed=self.seed, customers=self.customers, new_customers_per_batch=self.new_customers_per_batch,
-                        orders_per_batch=self.orders_per_batch, epoch=epoch,
-                        batch_window_ms=self.batch_window_minutes * 60_000)
+            raise InvalidConfigError(
+                f"epoch={self.epoch!r} is not an ISO timestamp; write e.g. '2026-11-01T00:00:00+00:00'"
+            ) from None
+        return Scenario(
+            seed=self.seed,
+            customers=self.customers,
+            new_customers_per_batch=self.new_customers_per_batch,
+            orders_per_batch=self.orders_per_batch,
+            epoch=epoch,
+            batch_window_ms=self.batch_window_minutes * 60_000,
+        )

@@ -32,16 +32,41 @@ from assets.tables import DEMO_TABLES
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.training import FeatureView, training_set
 
-__all__ = ["TRAINING_ASSETS", "TRAINING_PARTITIONS", "TRAINING_PREFIX", "build_training_set", "fraud_training_set",
-           "read_training_set", "training_key"]
+__all__ = [
+    "TRAINING_ASSETS",
+    "TRAINING_PARTITIONS",
+    "TRAINING_PREFIX",
+    "build_training_set",
+    "fraud_training_set",
+    "read_training_set",
+    "training_key",
+]
 
 #: The first day of the demo's event time (``DemoScenario.epoch``'s default).
 TRAINING_PARTITIONS = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezone="UTC")
 TRAINING_PREFIX = "_training/fraud_training_set"
-_ENTITY_COLUMNS = ["payment_id", "customer_id", "amount", "method", "card_country", "ip_country", "is_new_device",
-                   "paid_at", "is_fraud"]
-_C360_FEATURES = ["sessions_7d", "pages_per_session", "txn_count_30d", "txn_amount_30d", "open_tickets", "csat",
-                  "email_clicks_30d", "crashes_7d", "active_minutes_7d"]
+_ENTITY_COLUMNS = [
+    "payment_id",
+    "customer_id",
+    "amount",
+    "method",
+    "card_country",
+    "ip_country",
+    "is_new_device",
+    "paid_at",
+    "is_fraud",
+]
+_C360_FEATURES = [
+    "sessions_7d",
+    "pages_per_session",
+    "txn_count_30d",
+    "txn_amount_30d",
+    "open_tickets",
+    "csat",
+    "email_clicks_30d",
+    "crashes_7d",
+    "active_minutes_7d",
+]
 _SPEND_FEATURES = ["total_spend", "order_count", "max_order", "last_order_at"]
 
 
@@ -74,15 +99,33 @@ def build_training_set(lake: tiering.Lake, start_day: str, end_day: str | None =
     if end <= start:
         raise InvalidConfigError(f"end_day {end_day} is before start_day {start_day}")
     c360, spend, payments = (DEMO_TABLES[n].path for n in ("customer_360", "customer_spend", "payments"))
-    entities = (tiering.read_lake(lake, payments)
-                .filter((pl.col("paid_at") >= start) & (pl.col("paid_at") < end))
-                .select(_ENTITY_COLUMNS)
-                .with_columns((pl.col("paid_at") - pl.duration(milliseconds=1)).alias("decision_ts"))
-                .sort("paid_at", "payment_id").collect())
-    views = [FeatureView(tiering.read_history(lake, c360), keys=["customer_id"], features=_C360_FEATURES,
-                         event_time="updated_at", ttl="7 d", prefix="c360__", name="customer_360"),
-             FeatureView(tiering.read_history(lake, spend), keys=["customer_id"], features=_SPEND_FEATURES,
-                         event_time="last_order_at", prefix="spend__", name="customer_spend")]
+    entities = (
+        tiering.read_lake(lake, payments)
+        .filter((pl.col("paid_at") >= start) & (pl.col("paid_at") < end))
+        .select(_ENTITY_COLUMNS)
+        .with_columns((pl.col("paid_at") - pl.duration(milliseconds=1)).alias("decision_ts"))
+        .sort("paid_at", "payment_id")
+        .collect()
+    )
+    views = [
+        FeatureView(
+            tiering.read_history(lake, c360),
+            keys=["customer_id"],
+            features=_C360_FEATURES,
+            event_time="updated_at",
+            ttl="7 d",
+            prefix="c360__",
+            name="customer_360",
+        ),
+        FeatureView(
+            tiering.read_history(lake, spend),
+            keys=["customer_id"],
+            features=_SPEND_FEATURES,
+            event_time="last_order_at",
+            prefix="spend__",
+            name="customer_spend",
+        ),
+    ]
     return training_set(entities, views, timestamp_column="decision_ts")
 
 
@@ -107,23 +150,29 @@ def _fraud_training_set(context: dg.AssetExecutionContext, live: LiveStore, lake
     features = [c for c in frame.columns if c.startswith(("c360__", "spend__"))]
     null_rate = {c: round(frame[c].null_count() / frame.height, 4) if frame.height else None for c in features}
     meta: dict[str, Any] = {
-        "dagster/row_count": frame.height, "days": dg.MetadataValue.json(per_day),
+        "dagster/row_count": frame.height,
+        "days": dg.MetadataValue.json(per_day),
         "location": f"{live.connection().url}/{TRAINING_PREFIX}",
         "fraud_rate": round(float(frame["is_fraud"].mean()), 4) if frame.height else 0.0,
         "feature_null_rate": dg.MetadataValue.json(null_rate),
-        "dagster/column_schema": dg.TableSchema(columns=[dg.TableColumn(name, str(dtype))
-                                                         for name, dtype in frame.schema.items()])}
+        "dagster/column_schema": dg.TableSchema(
+            columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()]
+        ),
+    }
     return dg.MaterializeResult(metadata=meta)
 
 
 with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13; single-run backfills are what we want
     warnings.simplefilter("ignore", dg.BetaWarning)
     fraud_training_set = dg.asset(
-        key=["training", "fraud_training_set"], group_name="training", kinds={"polars", "parquet"},
-        partitions_def=TRAINING_PARTITIONS, backfill_policy=dg.BackfillPolicy.single_run(),
+        key=["training", "fraud_training_set"],
+        group_name="training",
+        kinds={"polars", "parquet"},
+        partitions_def=TRAINING_PARTITIONS,
+        backfill_policy=dg.BackfillPolicy.single_run(),
         deps=[lake_key("payments"), lake_key("customer_360", history=True), lake_key("customer_spend", history=True)],
         description="Payments of the day with their fraud label and point-in-time features from the lake histories "
-                    "of customer_360 and customer_spend (one Parquet object per day in the store)",
+        "of customer_360 and customer_spend (one Parquet object per day in the store)",
     )(_fraud_training_set)
 
 TRAINING_ASSETS = [fraud_training_set]

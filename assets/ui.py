@@ -85,8 +85,14 @@ def _end_group(pgid: int, grace: float) -> None:
             time.sleep(0.2)
 
 
-def run_ui(*, host: str = "127.0.0.1", port: int = 3000, home: Path | None = None, stop_timeout: float = 30.0,
-           command: Sequence[str] | None = None) -> int:
+def run_ui(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 3000,
+    home: Path | None = None,
+    stop_timeout: float = 30.0,
+    command: Sequence[str] | None = None,
+) -> int:
     """Start ``dagster dev`` on the ``assets`` code location and block until it exits or is asked to stop.
 
     `command` replaces the server command line (default: :func:`ui_command`). After a stop request the server

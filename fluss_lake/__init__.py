@@ -28,5 +28,16 @@ from fluss_lake.write.write_result import WriteResult
 
 __version__ = "0.1.0"
 
-__all__ = ["jobs", "connect", "Connection", "Table", "TableDescriptor", "TableInfo", "TablePath", "Schema", "Column",
-           "WriteResult", *_exceptions]
+__all__ = [
+    "jobs",
+    "connect",
+    "Connection",
+    "Table",
+    "TableDescriptor",
+    "TableInfo",
+    "TablePath",
+    "Schema",
+    "Column",
+    "WriteResult",
+    *_exceptions,
+]

@@ -68,8 +68,14 @@ class Catalog:
     ['shop']
     """
 
-    def __init__(self, store: ObjectStore, *, clock: Callable[[], int], max_partition_num: int = 1000,
-                 default_lake_format: str | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        clock: Callable[[], int],
+        max_partition_num: int = 1000,
+        default_lake_format: str | None = None,
+    ) -> None:
         self.store = store
         self.clock = clock
         self.max_partition_num = max_partition_num
@@ -90,7 +96,9 @@ class Catalog:
 
     def list_databases(self) -> list[str]:
         """Database names, sorted."""
-        return [n for n in self.store.list("") if not n.startswith(".") and self.store.exists(layout.database_marker(n))]
+        return [
+            n for n in self.store.list("") if not n.startswith(".") and self.store.exists(layout.database_marker(n))
+        ]
 
     def require_database(self, name: str) -> None:
         """Raise DatabaseNotExistError unless the database exists."""
@@ -105,8 +113,11 @@ class Catalog:
     def list_tables(self, database: str) -> list[str]:
         """Table names of a database, sorted."""
         self.require_database(database)
-        return [n for n in self.store.list(database) if n != layout.DATABASE_MARKER and not n.startswith(".")
-                and self._versions(TablePath(database, n))]
+        return [
+            n
+            for n in self.store.list(database)
+            if n != layout.DATABASE_MARKER and not n.startswith(".") and self._versions(TablePath(database, n))
+        ]
 
     def _versions(self, path: TablePath) -> list[int]:
         """Metadata version numbers of a table, ascending."""
@@ -117,13 +128,15 @@ class Catalog:
         """Whether the table exists."""
         return bool(self._versions(path))
 
-    def create_table(self, path: TablePath, descriptor: TableDescriptor, *,
-                     ignore_if_exists: bool = False) -> TableInfo:
+    def create_table(
+        self, path: TablePath, descriptor: TableDescriptor, *, ignore_if_exists: bool = False
+    ) -> TableInfo:
         """Create a table from a descriptor (validated here, the store's lake format stamped on it)."""
         self.require_database(path.database)
         if self.default_lake_format and opt.DATALAKE_FORMAT not in descriptor.options:
-            descriptor = dataclasses.replace(descriptor, options={**descriptor.options,
-                                                                  opt.DATALAKE_FORMAT: self.default_lake_format})
+            descriptor = dataclasses.replace(
+                descriptor, options={**descriptor.options, opt.DATALAKE_FORMAT: self.default_lake_format}
+            )
         info = TableInfo.new(path, validate_descriptor(descriptor))
         key = layout.meta_key(path.database, path.table, 0)
         if not self.store.put_if_absent(key, json.dumps(info.to_json()).encode()):
@@ -136,8 +149,10 @@ class Catalog:
     def check_table_alive(self, info: TableInfo) -> None:
         """Raise TableNotExistError if the table was dropped (or dropped and created anew) since `info` was read."""
         if not self.store.exists(layout.table_marker(data_prefix(info))):
-            raise TableNotExistError(f"table {info.path} was dropped (or re-created) after this Table object was "
-                                     "opened; get_table() it again")
+            raise TableNotExistError(
+                f"table {info.path} was dropped (or re-created) after this Table object was "
+                "opened; get_table() it again"
+            )
 
     def get_table_info(self, path: TablePath) -> TableInfo:
         """The table's current metadata."""
@@ -151,13 +166,21 @@ class Catalog:
         """Delete a table with its log and state."""
         self.store.delete_prefix(layout.table_root(path.database, path.table))
 
-    def alter_table(self, path: TablePath, *, add_columns: Mapping[str, DataTypeLike] | None = None,
-                    set_options: Mapping[str, object] | None = None, reset_options: Sequence[str] = ()) -> TableInfo:
+    def alter_table(
+        self,
+        path: TablePath,
+        *,
+        add_columns: Mapping[str, DataTypeLike] | None = None,
+        set_options: Mapping[str, object] | None = None,
+        reset_options: Sequence[str] = (),
+    ) -> TableInfo:
         """Add nullable columns at the end and/or change alterable options (Fluss's ALTER TABLE)."""
         for key in [*(set_options or {}), *reset_options]:
             if key not in opt.ALTERABLE_OPTIONS:
-                raise InvalidAlterError(f"option {key!r} cannot be altered after creation; alterable options are "
-                                        f"{sorted(opt.ALTERABLE_OPTIONS)}")
+                raise InvalidAlterError(
+                    f"option {key!r} cannot be altered after creation; alterable options are "
+                    f"{sorted(opt.ALTERABLE_OPTIONS)}"
+                )
         for _ in range(100):
             versions = self._versions(path)
             if not versions:
@@ -179,8 +202,9 @@ class Catalog:
     @staticmethod
     def _require_partitioned(info: TableInfo) -> None:
         if not info.partition_keys:
-            raise UnsupportedOperationError(f"table {info.path} is not partitioned; partitions need partition_keys "
-                                            "at creation")
+            raise UnsupportedOperationError(
+                f"table {info.path} is not partitioned; partitions need partition_keys at creation"
+            )
 
     def _get_or_none(self, key: str) -> bytes | None:
         try:
@@ -192,8 +216,9 @@ class Catalog:
         """The partitions of a partitioned table, by name."""
         self._require_partitioned(info)
         data = data_prefix(info)
-        names = sorted(n[: -len(".json")] for n in self.store.list(layout.partitions_folder(data))
-                       if n.endswith(".json"))
+        names = sorted(
+            n[: -len(".json")] for n in self.store.list(layout.partitions_folder(data)) if n.endswith(".json")
+        )
         found = []
         for name in names:
             body = self._get_or_none(layout.partition_record(data, name))
@@ -207,29 +232,42 @@ class Catalog:
         name = "$".join(spec_of(info.partition_keys, spec).values())
         body = self._get_or_none(layout.partition_record(data_prefix(info), name))
         if body is None:
-            raise PartitionNotExistError(f"partition {name!r} of {info.path} does not exist; create_partition() it or "
-                                         "write rows with those values (dynamic creation)")
+            raise PartitionNotExistError(
+                f"partition {name!r} of {info.path} does not exist; create_partition() it or "
+                "write rows with those values (dynamic creation)"
+            )
         return PartitionInfo.from_json(json.loads(body))
 
-    def create_partition(self, info: TableInfo, spec: str | Mapping[str, object], *,
-                         ignore_if_exists: bool = False, now_ms: int | None = None) -> PartitionInfo:
+    def create_partition(
+        self,
+        info: TableInfo,
+        spec: str | Mapping[str, object],
+        *,
+        ignore_if_exists: bool = False,
+        now_ms: int | None = None,
+    ) -> PartitionInfo:
         """Create a partition (Fluss's ``ALTER TABLE ... ADD PARTITION``); rejects values past auto-partition retention."""
         self._require_partitioned(info)
         resolved = spec_of(info.partition_keys, spec)
         now = self.clock() if now_ms is None else now_ms
         partition = PartitionInfo.new(info.partition_keys, resolved, created_ms=now)
-        strategy = AutoPartitionStrategy.from_options(info.options, info.partition_keys,
-                                                      {c.name: c.dtype for c in info.schema.columns})
+        strategy = AutoPartitionStrategy.from_options(
+            info.options, info.partition_keys, {c.name: c.dtype for c in info.schema.columns}
+        )
         if strategy is not None and strategy.enabled and strategy.is_expired(resolved[strategy.key], now):
-            raise InvalidPartitionError(f"partition {partition.name!r} of {info.path} is past the auto-partition "
-                                        f"retention (values below {strategy.cutoff(now)!r} are dropped); it cannot be "
-                                        "created")
+            raise InvalidPartitionError(
+                f"partition {partition.name!r} of {info.path} is past the auto-partition "
+                f"retention (values below {strategy.cutoff(now)!r} are dropped); it cannot be "
+                "created"
+            )
         data = data_prefix(info)
         record = layout.partition_record(data, partition.name)
         existing = self._get_or_none(record)
         if existing is None and len(self.store.list(layout.partitions_folder(data))) >= self.max_partition_num:
-            raise TooManyPartitionsError(f"{info.path} has {self.max_partition_num} partitions already "
-                                         "(max_partition_num); drop old ones or raise the limit in connect()")
+            raise TooManyPartitionsError(
+                f"{info.path} has {self.max_partition_num} partitions already "
+                "(max_partition_num); drop old ones or raise the limit in connect()"
+            )
         if existing is None:
             own = data_prefix(info, partition)
             self.store.put(layout.partition_marker(own), partition.partition_id.encode())
@@ -238,8 +276,9 @@ class Catalog:
             self.store.delete_prefix(own)  # another process won the race
         if ignore_if_exists:
             return self.get_partition(info, partition.name)
-        raise PartitionAlreadyExistError(f"partition {partition.name!r} of {info.path} exists already; pass "
-                                         "ignore_if_exists=True to reuse it")
+        raise PartitionAlreadyExistError(
+            f"partition {partition.name!r} of {info.path} exists already; pass ignore_if_exists=True to reuse it"
+        )
 
     def drop_partition(self, info: TableInfo, partition: PartitionInfo) -> None:
         """Delete a partition with its log and state; no delete records are written (Fluss's DROP PARTITION)."""
@@ -249,5 +288,7 @@ class Catalog:
     def check_partition_alive(self, info: TableInfo, partition: PartitionInfo) -> None:
         """Raise PartitionNotExistError if the partition was dropped since `partition` was read."""
         if not self.store.exists(layout.partition_marker(data_prefix(info, partition))):
-            raise PartitionNotExistError(f"partition {partition.name!r} of {info.path} was dropped after it was "
-                                         "opened; write again to create it anew")
+            raise PartitionNotExistError(
+                f"partition {partition.name!r} of {info.path} was dropped after it was "
+                "opened; write again to create it anew"
+            )

@@ -27,48 +27,80 @@ def demo(path: str | None, rows: int) -> int:
     for name in ("clicks", "customer_360", "spend", "first_seen"):
         conn.drop_table(f"demo.{name}", ignore_if_not_exists=True)
 
-    conn.create_table("demo.clicks", schema={"customer_id": "BIGINT", "url": "STRING", "ts": "TIMESTAMP_LTZ(3)"},
-                      bucket_num=4, bucket_keys=["customer_id"], options={"table.statistics.columns": "customer_id"})
+    conn.create_table(
+        "demo.clicks",
+        schema={"customer_id": "BIGINT", "url": "STRING", "ts": "TIMESTAMP_LTZ(3)"},
+        bucket_num=4,
+        bucket_keys=["customer_id"],
+        options={"table.statistics.columns": "customer_id"},
+    )
     clicks = conn.get_table("demo.clicks")
     rng = random.Random(7)
     now = int(time.time() * 1000)
-    frame = pl.DataFrame({"customer_id": [rng.randrange(1000) for _ in range(rows)],
-                          "url": [rng.choice(["/", "/cart", "/pay", "/help"]) for _ in range(rows)],
-                          "ts": [now + i for i in range(rows)]}).with_columns(pl.col("ts").cast(pl.Datetime("ms", "UTC")))
+    frame = pl.DataFrame(
+        {
+            "customer_id": [rng.randrange(1000) for _ in range(rows)],
+            "url": [rng.choice(["/", "/cart", "/pay", "/help"]) for _ in range(rows)],
+            "ts": [now + i for i in range(rows)],
+        }
+    ).with_columns(pl.col("ts").cast(pl.Datetime("ms", "UTC")))
     result = clicks.append(frame)
     _say(f"log table demo.clicks: appended {result.rows} rows, end offsets {clicks.end_offsets()}")
     hot = clicks.scan_log(filters=[("customer_id", "<", 10)])
     _say(f"  filtered scan customer_id < 10: {hot.height} rows")
 
-    conn.create_table("demo.customer_360", schema={"customer_id": "BIGINT", "email": "STRING", "sessions": "INT",
-                                                    "tickets": "INT", "segment": "STRING"},
-                      primary_key=["customer_id"], bucket_num=4)
+    conn.create_table(
+        "demo.customer_360",
+        schema={"customer_id": "BIGINT", "email": "STRING", "sessions": "INT", "tickets": "INT", "segment": "STRING"},
+        primary_key=["customer_id"],
+        bucket_num=4,
+    )
     c360 = conn.get_table("demo.customer_360")
-    c360.upsert([{"customer_id": i, "email": f"c{i}@example.com"} for i in range(5)], target_columns=["customer_id", "email"])
+    c360.upsert(
+        [{"customer_id": i, "email": f"c{i}@example.com"} for i in range(5)], target_columns=["customer_id", "email"]
+    )
     c360.upsert([{"customer_id": i, "sessions": i * 3} for i in range(3)], target_columns=["customer_id", "sessions"])
     c360.upsert([{"customer_id": 1, "tickets": 2}], target_columns=["customer_id", "tickets"])
     c360.delete([{"customer_id": 4}])
     _say("primary-key table demo.customer_360 (partial updates: each stream writes its own columns):")
     _say(str(c360.to_polars().sort("customer_id")))
     _say("  $changelog of customer 1:")
-    _say(str(c360.changelog().filter(pl.col("customer_id") == 1).select("_change_type", "_log_offset", "email",
-                                                                          "sessions", "tickets")))
+    _say(
+        str(
+            c360.changelog()
+            .filter(pl.col("customer_id") == 1)
+            .select("_change_type", "_log_offset", "email", "sessions", "tickets")
+        )
+    )
     _say(f"  lookup of customers [1, 4, 2]: {c360.lookup([{'customer_id': k} for k in (1, 4, 2)])['email'].to_list()}")
 
-    conn.create_table("demo.spend", schema={"customer_id": "BIGINT", "total": "DOUBLE", "orders": "BIGINT",
-                                             "biggest": "DOUBLE", "items": "STRING"},
-                      primary_key=["customer_id"], options={"table.merge-engine": "aggregation", "fields.total.agg": "sum",
-                                                            "fields.orders.agg": "sum", "fields.biggest.agg": "max",
-                                                            "fields.items.agg": "listagg"})
+    conn.create_table(
+        "demo.spend",
+        schema={"customer_id": "BIGINT", "total": "DOUBLE", "orders": "BIGINT", "biggest": "DOUBLE", "items": "STRING"},
+        primary_key=["customer_id"],
+        options={
+            "table.merge-engine": "aggregation",
+            "fields.total.agg": "sum",
+            "fields.orders.agg": "sum",
+            "fields.biggest.agg": "max",
+            "fields.items.agg": "listagg",
+        },
+    )
     spend = conn.get_table("demo.spend")
     for order in range(6):
         amount = round(rng.uniform(5, 100), 2)
-        spend.upsert([{"customer_id": order % 2, "total": amount, "orders": 1, "biggest": amount, "items": f"sku{order}"}])
+        spend.upsert(
+            [{"customer_id": order % 2, "total": amount, "orders": 1, "biggest": amount, "items": f"sku{order}"}]
+        )
     _say("aggregation table demo.spend (totals kept by the storage, not by a job):")
     _say(str(spend.to_polars().sort("customer_id")))
 
-    conn.create_table("demo.first_seen", schema={"customer_id": "BIGINT", "channel": "STRING"}, primary_key=["customer_id"],
-                      options={"table.merge-engine": "first_row"})
+    conn.create_table(
+        "demo.first_seen",
+        schema={"customer_id": "BIGINT", "channel": "STRING"},
+        primary_key=["customer_id"],
+        options={"table.merge-engine": "first_row"},
+    )
     first = conn.get_table("demo.first_seen")
     first.upsert([{"customer_id": 1, "channel": "web"}, {"customer_id": 1, "channel": "mobile"}])
     _say(f"first_row table keeps the first channel: {first.to_polars().to_dicts()}")

@@ -49,19 +49,34 @@ class Connection:
     ['shop']
     """
 
-
-    def __init__(self, store: ObjectStore, *, local_dir: str | None = None, clock: Callable[[], int] | None = None,
-                 snapshot_every: int = 1_000_000, dynamic_partition_creation: bool = True,
-                 max_partition_num: int = 1000, log_compaction_grace_ms: int = 600_000,
-                 default_lake_format: str | None = None) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        local_dir: str | None = None,
+        clock: Callable[[], int] | None = None,
+        snapshot_every: int = 1_000_000,
+        dynamic_partition_creation: bool = True,
+        max_partition_num: int = 1000,
+        log_compaction_grace_ms: int = 600_000,
+        default_lake_format: str | None = None,
+    ) -> None:
         if local_dir is None:
             local_dir = tempfile.mkdtemp(prefix="fluss-lake-state-")
             atexit.register(shutil.rmtree, local_dir, True)
-        self.catalog = Catalog(store, clock=clock or _system_clock, max_partition_num=max_partition_num,
-                               default_lake_format=default_lake_format)
-        self._context = RuntimeContext(self.catalog, local_dir, snapshot_every=snapshot_every,
-                                       log_compaction_grace_ms=log_compaction_grace_ms,
-                                       dynamic_partition_creation=dynamic_partition_creation)
+        self.catalog = Catalog(
+            store,
+            clock=clock or _system_clock,
+            max_partition_num=max_partition_num,
+            default_lake_format=default_lake_format,
+        )
+        self._context = RuntimeContext(
+            self.catalog,
+            local_dir,
+            snapshot_every=snapshot_every,
+            log_compaction_grace_ms=log_compaction_grace_ms,
+            dynamic_partition_creation=dynamic_partition_creation,
+        )
         self._tables: dict[str, Table] = {}
 
     @property
@@ -144,11 +159,20 @@ class Connection:
         """Whether the table exists."""
         return self.catalog.table_exists(TablePath.of(path))
 
-    def create_table(self, path: str | TablePath, descriptor: TableDescriptor | None = None, *,
-                     schema: Schema | Mapping[str, DataTypeLike] | None = None, primary_key: Sequence[str] = (),
-                     bucket_num: int | None = None, bucket_keys: Sequence[str] | None = None,
-                     options: Mapping[str, object] | None = None, comment: str | None = None,
-                     partition_keys: Sequence[str] = (), ignore_if_exists: bool = False) -> TableInfo:
+    def create_table(
+        self,
+        path: str | TablePath,
+        descriptor: TableDescriptor | None = None,
+        *,
+        schema: Schema | Mapping[str, DataTypeLike] | None = None,
+        primary_key: Sequence[str] = (),
+        bucket_num: int | None = None,
+        bucket_keys: Sequence[str] | None = None,
+        options: Mapping[str, object] | None = None,
+        comment: str | None = None,
+        partition_keys: Sequence[str] = (),
+        ignore_if_exists: bool = False,
+    ) -> TableInfo:
         """Create a table from a descriptor, or from `schema` + keyword options.
 
         Examples
@@ -164,12 +188,27 @@ class Connection:
             if schema is None:
                 raise InvalidConfigError("create_table needs a TableDescriptor or a schema")
             built = schema if isinstance(schema, Schema) else Schema.of(schema, primary_key=primary_key)
-            descriptor = TableDescriptor(built, bucket_num, tuple(bucket_keys) if bucket_keys is not None else None,
-                                         dict(options or {}), comment, tuple(partition_keys))
-        elif (schema is not None or primary_key or bucket_num is not None or bucket_keys is not None or options
-              or comment is not None or partition_keys):
-            raise InvalidConfigError("pass either a TableDescriptor or schema/primary_key/bucket_num/bucket_keys/"
-                                     "options/comment/partition_keys keywords, not both")
+            descriptor = TableDescriptor(
+                built,
+                bucket_num,
+                tuple(bucket_keys) if bucket_keys is not None else None,
+                dict(options or {}),
+                comment,
+                tuple(partition_keys),
+            )
+        elif (
+            schema is not None
+            or primary_key
+            or bucket_num is not None
+            or bucket_keys is not None
+            or options
+            or comment is not None
+            or partition_keys
+        ):
+            raise InvalidConfigError(
+                "pass either a TableDescriptor or schema/primary_key/bucket_num/bucket_keys/"
+                "options/comment/partition_keys keywords, not both"
+            )
         return self.catalog.create_table(TablePath.of(path), descriptor, ignore_if_exists=ignore_if_exists)
 
     def get_table_info(self, path: str | TablePath) -> TableInfo:
@@ -187,11 +226,18 @@ class Connection:
         self._tables.pop(info.table_id, None)
         self.catalog.drop_table(path)
 
-    def alter_table(self, path: str | TablePath, *, add_columns: Mapping[str, DataTypeLike] | None = None,
-                    set_options: Mapping[str, object] | None = None, reset_options: Sequence[str] = ()) -> TableInfo:
+    def alter_table(
+        self,
+        path: str | TablePath,
+        *,
+        add_columns: Mapping[str, DataTypeLike] | None = None,
+        set_options: Mapping[str, object] | None = None,
+        reset_options: Sequence[str] = (),
+    ) -> TableInfo:
         """Add nullable columns at the end and/or change alterable options (Fluss's ALTER TABLE)."""
-        new_info = self.catalog.alter_table(TablePath.of(path), add_columns=add_columns, set_options=set_options,
-                                            reset_options=reset_options)
+        new_info = self.catalog.alter_table(
+            TablePath.of(path), add_columns=add_columns, set_options=set_options, reset_options=reset_options
+        )
         cached = self._tables.get(new_info.table_id)
         if cached is not None:
             cached._runtime.reload(new_info)
@@ -216,13 +262,15 @@ class Connection:
         """One partition by name (``"eu$20241111"``) or spec (``{"region": "eu", "day": "20241111"}``)."""
         return self.catalog.get_partition(self.get_table_info(path), spec)
 
-    def create_partition(self, path: str | TablePath, spec: str | Mapping[str, object], *,
-                         ignore_if_exists: bool = False) -> PartitionInfo:
+    def create_partition(
+        self, path: str | TablePath, spec: str | Mapping[str, object], *, ignore_if_exists: bool = False
+    ) -> PartitionInfo:
         """Create a partition (Fluss's ``ALTER TABLE ... ADD PARTITION``); rejects values past auto-partition retention."""
         return self.catalog.create_partition(self.get_table_info(path), spec, ignore_if_exists=ignore_if_exists)
 
-    def drop_partition(self, path: str | TablePath, spec: str | Mapping[str, object], *,
-                       ignore_if_not_exists: bool = False) -> None:
+    def drop_partition(
+        self, path: str | TablePath, spec: str | Mapping[str, object], *, ignore_if_not_exists: bool = False
+    ) -> None:
         """Drop a partition with its log and state; no delete records are written (Fluss's DROP PARTITION)."""
         info = self.get_table_info(path)
         cached = self._tables.get(info.table_id)
@@ -232,11 +280,18 @@ class Connection:
             TableRuntime(self._context, info).drop_partition(spec, ignore_if_not_exists=ignore_if_not_exists)
 
 
-def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[str, Any] | None = None,
-            local_dir: str | None = None, clock: Callable[[], int] | None = None,
-            datalake_format: str | None = None, snapshot_every: int = 1_000_000,
-            dynamic_partition_creation: bool = True, max_partition_num: int = 1000,
-            log_compaction_grace_ms: int = 600_000) -> Connection:
+def connect(
+    url: str | os.PathLike | None = None,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    local_dir: str | None = None,
+    clock: Callable[[], int] | None = None,
+    datalake_format: str | None = None,
+    snapshot_every: int = 1_000_000,
+    dynamic_partition_creation: bool = True,
+    max_partition_num: int = 1000,
+    log_compaction_grace_ms: int = 600_000,
+) -> Connection:
     """Open a store: a local folder by default, or ``s3://bucket/prefix`` with fsspec storage options.
 
     Parameters
@@ -277,8 +332,14 @@ def connect(url: str | os.PathLike | None = None, *, storage_options: Mapping[st
     target = url if url is not None else os.environ.get(DEFAULT_URL_ENV, _DEFAULT_DIR)
     if datalake_format not in (None, "iceberg", "lance"):
         raise InvalidConfigError(f"datalake_format={datalake_format!r}: use 'iceberg' or None")
-    connection = Connection(open_store(target, storage_options), local_dir=local_dir, clock=clock,
-                            snapshot_every=snapshot_every, dynamic_partition_creation=dynamic_partition_creation,
-                            max_partition_num=max_partition_num, log_compaction_grace_ms=log_compaction_grace_ms,
-                            default_lake_format=datalake_format)
+    connection = Connection(
+        open_store(target, storage_options),
+        local_dir=local_dir,
+        clock=clock,
+        snapshot_every=snapshot_every,
+        dynamic_partition_creation=dynamic_partition_creation,
+        max_partition_num=max_partition_num,
+        log_compaction_grace_ms=log_compaction_grace_ms,
+        default_lake_format=datalake_format,
+    )
     return connection

@@ -36,25 +36,58 @@ DEFAULT_BUCKET_NUM = 1
 MAX_BUCKET_NUM = 4096
 
 #: Every table-level key we understand; a key under ``table.`` that is not here is rejected.
-TABLE_OPTIONS: frozenset[str] = frozenset({
-    MERGE_ENGINE, VERSIONED_VER_COLUMN, DELETE_BEHAVIOR, CHANGELOG_IMAGE, LOG_FORMAT, LOG_COMPRESSION,
-    LOG_ZSTD_LEVEL, KV_FORMAT, STATISTICS_COLUMNS, LOG_TTL, "table.log.local-ttl",
-    "table.log.tiered.local-segments", DATALAKE_ENABLED, DATALAKE_FORMAT, DATALAKE_FRESHNESS,
-    "table.datalake.auto-compaction", "table.datalake.auto-expire-snapshot",
-    "table.datalake.historical-partition.enabled", "table.auto-partition.enabled",
-    "table.auto-partition.key", "table.auto-partition.time-unit", "table.auto-partition.time-format",
-    "table.auto-partition.num-precreate", "table.auto-partition.num-retention",
-    "table.auto-partition.time-zone", "table.kv.format-version", "table.kv.standby-replica.enabled",
-    "table.replication.factor", "table.auto-increment.cache-size", "table.kv.ttl",
-})
+TABLE_OPTIONS: frozenset[str] = frozenset(
+    {
+        MERGE_ENGINE,
+        VERSIONED_VER_COLUMN,
+        DELETE_BEHAVIOR,
+        CHANGELOG_IMAGE,
+        LOG_FORMAT,
+        LOG_COMPRESSION,
+        LOG_ZSTD_LEVEL,
+        KV_FORMAT,
+        STATISTICS_COLUMNS,
+        LOG_TTL,
+        "table.log.local-ttl",
+        "table.log.tiered.local-segments",
+        DATALAKE_ENABLED,
+        DATALAKE_FORMAT,
+        DATALAKE_FRESHNESS,
+        "table.datalake.auto-compaction",
+        "table.datalake.auto-expire-snapshot",
+        "table.datalake.historical-partition.enabled",
+        "table.auto-partition.enabled",
+        "table.auto-partition.key",
+        "table.auto-partition.time-unit",
+        "table.auto-partition.time-format",
+        "table.auto-partition.num-precreate",
+        "table.auto-partition.num-retention",
+        "table.auto-partition.time-zone",
+        "table.kv.format-version",
+        "table.kv.standby-replica.enabled",
+        "table.replication.factor",
+        "table.auto-increment.cache-size",
+        "table.kv.ttl",
+    }
+)
 
 #: Keys Fluss lets ALTER TABLE change (``FlussConfigUtils``); everything else is fixed at creation.
-ALTERABLE_OPTIONS: frozenset[str] = frozenset({
-    DATALAKE_ENABLED, "table.datalake.historical-partition.enabled", DATALAKE_FRESHNESS,
-    "table.datalake.auto-compaction", LOG_TTL, "table.log.local-ttl", "table.log.tiered.local-segments",
-    "table.auto-partition.enabled", "table.auto-partition.num-retention",
-    "table.auto-partition.num-precreate", STATISTICS_COLUMNS, "table.kv.standby-replica.enabled",
-})
+ALTERABLE_OPTIONS: frozenset[str] = frozenset(
+    {
+        DATALAKE_ENABLED,
+        "table.datalake.historical-partition.enabled",
+        DATALAKE_FRESHNESS,
+        "table.datalake.auto-compaction",
+        LOG_TTL,
+        "table.log.local-ttl",
+        "table.log.tiered.local-segments",
+        "table.auto-partition.enabled",
+        "table.auto-partition.num-retention",
+        "table.auto-partition.num-precreate",
+        STATISTICS_COLUMNS,
+        "table.kv.standby-replica.enabled",
+    }
+)
 
 _ENUMS: dict[str, tuple[str, ...]] = {
     MERGE_ENGINE: ("first_row", "versioned", "aggregation"),
@@ -69,9 +102,21 @@ _ENUMS: dict[str, tuple[str, ...]] = {
 }
 _FIELD_KEY = re.compile(r"^fields\.(?P<column>.+?)\.(?P<rest>agg|[a-z_]+\.[a-z_]+)$")
 _DURATION = re.compile(r"^\s*(-?\d+)\s*(ms|s|sec|min|m|h|d|day|days|hours|minutes|seconds)?\s*$", re.I)
-_DURATION_MS = {None: 1000, "ms": 1, "s": 1000, "sec": 1000, "seconds": 1000, "min": 60_000, "m": 60_000,
-                "minutes": 60_000, "h": 3_600_000, "hours": 3_600_000, "d": 86_400_000,
-                "day": 86_400_000, "days": 86_400_000}
+_DURATION_MS = {
+    None: 1000,
+    "ms": 1,
+    "s": 1000,
+    "sec": 1000,
+    "seconds": 1000,
+    "min": 60_000,
+    "m": 60_000,
+    "minutes": 60_000,
+    "h": 3_600_000,
+    "hours": 3_600_000,
+    "d": 86_400_000,
+    "day": 86_400_000,
+    "days": 86_400_000,
+}
 
 
 def parse_duration_ms(key: str, value: str) -> int:
@@ -101,13 +146,18 @@ def normalize_options(options: Mapping[str, object]) -> dict[str, str]:
         text = str(value).lower() if isinstance(value, bool) else str(value)
         if key.startswith("table.") and key not in TABLE_OPTIONS:
             hint = difflib.get_close_matches(key, sorted(TABLE_OPTIONS), n=1)
-            raise InvalidConfigError(f"unknown table option {key!r}"
-                                     + (f"; did you mean {hint[0]!r}?" if hint else "; see fluss_lake.options"))
+            raise InvalidConfigError(
+                f"unknown table option {key!r}"
+                + (f"; did you mean {hint[0]!r}?" if hint else "; see fluss_lake.options")
+            )
         if key.startswith("fields.") and not _FIELD_KEY.match(key):
-            raise InvalidConfigError(f"option {key!r} is not of the form 'fields.<column>.agg' or "
-                                     "'fields.<column>.<function>.<param>'")
+            raise InvalidConfigError(
+                f"option {key!r} is not of the form 'fields.<column>.agg' or 'fields.<column>.<function>.<param>'"
+            )
         if key.startswith("bucket.") and key not in (BUCKET_NUM, BUCKET_KEY):
-            raise InvalidConfigError(f"unknown option {key!r}; the bucket options are {BUCKET_NUM!r} and {BUCKET_KEY!r}")
+            raise InvalidConfigError(
+                f"unknown option {key!r}; the bucket options are {BUCKET_NUM!r} and {BUCKET_KEY!r}"
+            )
         if key in _ENUMS:
             text = enum_value(key, text)
         if key == BUCKET_NUM and not text.strip().isdigit():

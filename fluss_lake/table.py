@@ -55,8 +55,9 @@ class Table:
     [{'id': 1, 'name': 'ann'}]
     """
 
-    def __init__(self, connection: Connection, runtime: TableRuntime, *,
-                 partition: PartitionInfo | None = None) -> None:
+    def __init__(
+        self, connection: Connection, runtime: TableRuntime, *, partition: PartitionInfo | None = None
+    ) -> None:
         self._connection = connection
         self._runtime = runtime
         self._partition = partition
@@ -258,15 +259,25 @@ class Table:
         """A buffering writer for a log table (``append`` then ``flush``)."""
         return AppendWriter(self._runtime, self._partition)
 
-    def new_upsert(self, *, target_columns: Sequence[str] | None = None, merge_mode: MergeMode = "default",
-                   skip_unchanged: bool = False) -> UpsertWriter:
+    def new_upsert(
+        self,
+        *,
+        target_columns: Sequence[str] | None = None,
+        merge_mode: MergeMode = "default",
+        skip_unchanged: bool = False,
+    ) -> UpsertWriter:
         """A writer of upserts and deletes for a primary-key table; `target_columns` makes it partial.
 
         With `skip_unchanged`, an upsert whose merged row equals the current row writes no ``-U/+U`` records
         (jobs use it: a replayed or repeated result row costs no changelog; not on tables with ``table.kv.ttl``).
         """
-        return UpsertWriter(self._runtime, self._partition, target_columns=target_columns, merge_mode=merge_mode,
-                            skip_unchanged=skip_unchanged)
+        return UpsertWriter(
+            self._runtime,
+            self._partition,
+            target_columns=target_columns,
+            merge_mode=merge_mode,
+            skip_unchanged=skip_unchanged,
+        )
 
     def append(self, data: Any) -> WriteResult:
         """Append rows to a log table and wait until they are committed.
@@ -278,56 +289,107 @@ class Table:
         writer.append(data)
         return _flush(writer)
 
-    def upsert(self, data: Any, *, target_columns: Sequence[str] | None = None,
-               merge_mode: MergeMode = "default", skip_unchanged: bool = False) -> WriteResult:
+    def upsert(
+        self,
+        data: Any,
+        *,
+        target_columns: Sequence[str] | None = None,
+        merge_mode: MergeMode = "default",
+        skip_unchanged: bool = False,
+    ) -> WriteResult:
         """Upsert rows into a primary-key table (one write batch) and wait until committed (retry: see append);
         `skip_unchanged`: see :meth:`new_upsert`."""
         writer = self.new_upsert(target_columns=target_columns, merge_mode=merge_mode, skip_unchanged=skip_unchanged)
         writer.upsert(data)
         return _flush(writer)
 
-    def delete(self, keys: Any, *, target_columns: Sequence[str] | None = None,
-               merge_mode: MergeMode = "default") -> WriteResult:
+    def delete(
+        self, keys: Any, *, target_columns: Sequence[str] | None = None, merge_mode: MergeMode = "default"
+    ) -> WriteResult:
         """Delete rows by primary key (a partial delete with `target_columns`; retry: see append)."""
         writer = self.new_upsert(target_columns=target_columns, merge_mode=merge_mode)
         writer.delete(keys)
         return _flush(writer)
 
     # ------------------------------------------------------------ reads of the log
-    def new_scan(self, *, columns: Sequence[str] | None = None, filters: Filters | None = None,
-                 change_types: Sequence[str] | None = None) -> LogScanner:
+    def new_scan(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        filters: Filters | None = None,
+        change_types: Sequence[str] | None = None,
+    ) -> LogScanner:
         """A log scanner: subscribe buckets from offsets, then ``poll`` record batches (only of `change_types`
         if given, as in :meth:`scan_log`)."""
         return LogScanner(self._runtime, self._partition, columns=columns, filters=filters, change_types=change_types)
 
-    def scan_log(self, *, start_offsets: Mapping | None = None, end_offsets: Mapping | None = None,
-                 columns: Sequence[str] | None = None, filters: Filters | None = None,
-                 start_timestamp: int | None = None, change_types: Sequence[str] | None = None) -> pl.DataFrame:
+    def scan_log(
+        self,
+        *,
+        start_offsets: Mapping | None = None,
+        end_offsets: Mapping | None = None,
+        columns: Sequence[str] | None = None,
+        filters: Filters | None = None,
+        start_timestamp: int | None = None,
+        change_types: Sequence[str] | None = None,
+    ) -> pl.DataFrame:
         """A bounded read of the log (all buckets by default), with system columns first; `change_types` keeps
         only records of those types (``["-D"]``: the deletes, skipping batches without any unread).
 
         On a partitioned table the rows of every partition come with a ``_partition`` column first, and offsets
         are keyed by ``(partition name, bucket)``; a partition missing from `start_offsets` is read from its start.
         """
-        return scan_log(self._runtime, self._partition, start_offsets=start_offsets, end_offsets=end_offsets,
-                        columns=columns, filters=filters, start_timestamp=start_timestamp, change_types=change_types)
+        return scan_log(
+            self._runtime,
+            self._partition,
+            start_offsets=start_offsets,
+            end_offsets=end_offsets,
+            columns=columns,
+            filters=filters,
+            start_timestamp=start_timestamp,
+            change_types=change_types,
+        )
 
     def batch_headers(self, bucket: int, *, start_offset: int | None = None) -> list[BatchHeader]:
         """The headers of one bucket's log batches from `start_offset` (default: the earliest retained), read
         without decoding rows: base offset, record count, commit time, writer id and sequence of each."""
         return batch_headers(self._runtime.tablets(self._partition), bucket, start_offset=start_offset)
 
-    def changelog(self, *, start_offsets: Mapping | None = None, end_offsets: Mapping | None = None,
-                  start_timestamp: int | None = None, with_bucket: bool = False) -> pl.DataFrame:
+    def changelog(
+        self,
+        *,
+        start_offsets: Mapping | None = None,
+        end_offsets: Mapping | None = None,
+        start_timestamp: int | None = None,
+        with_bucket: bool = False,
+    ) -> pl.DataFrame:
         """The ``$changelog`` view: one row per log record (``insert``/``update_before``/...)."""
-        return views.changelog(self._runtime, self._partition, start_offsets=start_offsets, end_offsets=end_offsets,
-                               start_timestamp=start_timestamp, with_bucket=with_bucket)
+        return views.changelog(
+            self._runtime,
+            self._partition,
+            start_offsets=start_offsets,
+            end_offsets=end_offsets,
+            start_timestamp=start_timestamp,
+            with_bucket=with_bucket,
+        )
 
-    def binlog(self, *, start_offsets: Mapping | None = None, end_offsets: Mapping | None = None,
-               start_timestamp: int | None = None, with_bucket: bool = False) -> pl.DataFrame:
+    def binlog(
+        self,
+        *,
+        start_offsets: Mapping | None = None,
+        end_offsets: Mapping | None = None,
+        start_timestamp: int | None = None,
+        with_bucket: bool = False,
+    ) -> pl.DataFrame:
         """The ``$binlog`` view (primary-key tables): updates as one row with ``before`` and ``after``."""
-        return views.binlog(self._runtime, self._partition, start_offsets=start_offsets, end_offsets=end_offsets,
-                            start_timestamp=start_timestamp, with_bucket=with_bucket)
+        return views.binlog(
+            self._runtime,
+            self._partition,
+            start_offsets=start_offsets,
+            end_offsets=end_offsets,
+            start_timestamp=start_timestamp,
+            with_bucket=with_bucket,
+        )
 
     # ------------------------------------------------------------ reads of the current rows
     def to_polars(self, *, columns: Sequence[str] | None = None) -> pl.DataFrame:

@@ -33,8 +33,9 @@ def fold_changes(log: pl.DataFrame, primary_key: Sequence[str]) -> tuple[pl.Data
     return upserts, last.select(primary_key)
 
 
-def apply_changes(current: pl.LazyFrame, upserts: pl.LazyFrame, touched: pl.LazyFrame,
-                  primary_key: Sequence[str]) -> pl.LazyFrame:
+def apply_changes(
+    current: pl.LazyFrame, upserts: pl.LazyFrame, touched: pl.LazyFrame, primary_key: Sequence[str]
+) -> pl.LazyFrame:
     """`current` without the touched keys, plus the upserted rows (same columns as `current`)."""
     kept = current.join(touched, on=list(primary_key), how="anti", nulls_equal=True)
     return pl.concat([kept, upserts.select(current.collect_schema().names())], how="vertical_relaxed")

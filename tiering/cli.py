@@ -22,29 +22,63 @@ __all__ = ["main", "register", "run"]
 
 def register(subparsers: Any) -> None:
     """Add the ``tier`` sub-command to an argparse sub-parsers object."""
-    parser = subparsers.add_parser("tier", help="tier lake-enabled tables into Iceberg (once or continuously)",
-                                   description=__doc__)
+    parser = subparsers.add_parser(
+        "tier", help="tier lake-enabled tables into Iceberg (once or continuously)", description=__doc__
+    )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--once", action="store_true", help="one round over every lake-enabled table, then exit")
-    mode.add_argument("--continuous", action="store_true",
-                      help="keep every table within its table.datalake.freshness until SIGINT/SIGTERM")
+    mode.add_argument(
+        "--continuous",
+        action="store_true",
+        help="keep every table within its table.datalake.freshness until SIGINT/SIGTERM",
+    )
     parser.add_argument("--store", help="live store folder or URL (default: $FLUSS_LAKE_URL or ./fluss-lake-data)")
-    parser.add_argument("--storage-options", type=json.loads, default=None, metavar="JSON",
-                        help="fsspec storage options of the live store, as JSON")
-    parser.add_argument("--catalog", action="append", default=[], metavar="KEY=VALUE",
-                        help="a pyiceberg catalog property (repeat; default: the embedded lake <store>/_lake)")
-    parser.add_argument("--table", action="append", default=None, metavar="DB.TABLE",
-                        help="tier only this table (repeat; default: every table with table.datalake.enabled)")
-    parser.add_argument("--expire-partitions", action="store_true",
-                        help="also delete the lake data of partitions dropped live (default: the lake keeps it)")
-    parser.add_argument("--remove-orphan-files", action="store_true",
-                        help="with --once: then delete lake files no snapshot references (left by killed rounds) "
-                             "that are older than --orphan-grace")
-    parser.add_argument("--orphan-grace", type=float, default=3600.0, metavar="SECONDS",
-                        help="keep unreferenced files younger than this (a round may still be writing them; "
-                             "default 3600)")
-    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
-                        help="with --continuous: stop after this many seconds")
+    parser.add_argument(
+        "--storage-options",
+        type=json.loads,
+        default=None,
+        metavar="JSON",
+        help="fsspec storage options of the live store, as JSON",
+    )
+    parser.add_argument(
+        "--catalog",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a pyiceberg catalog property (repeat; default: the embedded lake <store>/_lake)",
+    )
+    parser.add_argument(
+        "--table",
+        action="append",
+        default=None,
+        metavar="DB.TABLE",
+        help="tier only this table (repeat; default: every table with table.datalake.enabled)",
+    )
+    parser.add_argument(
+        "--expire-partitions",
+        action="store_true",
+        help="also delete the lake data of partitions dropped live (default: the lake keeps it)",
+    )
+    parser.add_argument(
+        "--remove-orphan-files",
+        action="store_true",
+        help="with --once: then delete lake files no snapshot references (left by killed rounds) "
+        "that are older than --orphan-grace",
+    )
+    parser.add_argument(
+        "--orphan-grace",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="keep unreferenced files younger than this (a round may still be writing them; default 3600)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --continuous: stop after this many seconds",
+    )
     parser.set_defaults(func=run)
 
 
@@ -92,13 +126,18 @@ def _say(out: TextIO, text: str) -> None:
 
 
 def _describe(report: Any) -> str:
-    moved = {b: f"{report.start_offsets.get(b, 0)}->{o}" for b, o in report.end_offsets.items()
-             if report.start_offsets.get(b, 0) != o}
+    moved = {
+        b: f"{report.start_offsets.get(b, 0)}->{o}"
+        for b, o in report.end_offsets.items()
+        if report.start_offsets.get(b, 0) != o
+    }
     extra = f", history +{report.history_rows}" if report.kind == "primary-key" else ""
     skipped = f", SKIPPED expired offsets {dict(report.skipped_offsets)}" if report.skipped_offsets else ""
     state = "committed" if report.committed else "up to date"
-    return (f"  {report.table!s:<30} {report.kind:<11} +{report.rows} rows{extra}, offsets {moved or '-'}, "
-            f"{state} in {report.seconds:.2f} s{skipped}")
+    return (
+        f"  {report.table!s:<30} {report.kind:<11} +{report.rows} rows{extra}, offsets {moved or '-'}, "
+        f"{state} in {report.seconds:.2f} s{skipped}"
+    )
 
 
 def _once(conn: Any, lake: Any, tables: list[str] | None, out: TextIO, *, expire: bool = False) -> int:
@@ -128,16 +167,20 @@ def _orphans(conn: Any, lake: Any, tables: list[str] | None, grace: float, out: 
     try:
         for live in _resolve(conn, tables):
             for report in remove_orphan_files(lake, live.path, older_than_s=grace):
-                _say(out, f"  {report.table:<30} removed {len(report.removed)} orphan file(s), kept "
-                          f"{len(report.too_recent)} younger than {grace:g} s")
+                _say(
+                    out,
+                    f"  {report.table:<30} removed {len(report.removed)} orphan file(s), kept "
+                    f"{len(report.too_recent)} younger than {grace:g} s",
+                )
     except FlussLakeError as exc:
         _say(out, f"error: {exc}")
         return 1
     return 0
 
 
-def _continuous(conn: Any, lake: Any, tables: list[str] | None, duration: float | None, out: TextIO, *,
-                expire: bool = False) -> int:
+def _continuous(
+    conn: Any, lake: Any, tables: list[str] | None, duration: float | None, out: TextIO, *, expire: bool = False
+) -> int:
     from tiering.service import TieringService
 
     failed = threading.Event()

@@ -73,8 +73,8 @@ class TableTieringReport:
 
     table: TablePath
     kind: LakeKind
-    rows: int = 0                                            # live log records tiered into the lake table
-    history_rows: int = 0                                    # changelog rows appended to the history table
+    rows: int = 0  # live log records tiered into the lake table
+    history_rows: int = 0  # changelog rows appended to the history table
     # offsets keyed by bucket, or by (partition name, bucket) for a partitioned table
     start_offsets: Mapping[Any, int] = field(default_factory=dict)
     end_offsets: Mapping[Any, int] = field(default_factory=dict)  # tiered offsets after the round
@@ -82,18 +82,23 @@ class TableTieringReport:
     snapshot_id: int | None = None
     history_snapshot_id: int | None = None
     committed: bool = False
-    files_rewritten: int = 0                                 # data files replaced (buckets rebuilt, compaction)
-    position_deletes: int = 0                                # old rows deleted by position (changed/deleted keys)
-    delete_files: int = 0                                    # position-delete files written by the round
-    files_compacted: int = 0                                 # data files rewritten by compaction after the round
-    history_files_compacted: int = 0                         # small history files merged after the round
+    files_rewritten: int = 0  # data files replaced (buckets rebuilt, compaction)
+    position_deletes: int = 0  # old rows deleted by position (changed/deleted keys)
+    delete_files: int = 0  # position-delete files written by the round
+    files_compacted: int = 0  # data files rewritten by compaction after the round
+    history_files_compacted: int = 0  # small history files merged after the round
     conflicts: int = 0
     seconds: float = 0.0
 
 
-def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = None,
-               expire_partitions: bool = False,
-               compaction: CompactionPolicy | None = DEFAULT_COMPACTION) -> TableTieringReport:
+def tier_table(
+    live: Table,
+    lake: Lake,
+    *,
+    clock: Callable[[], int] | None = None,
+    expire_partitions: bool = False,
+    compaction: CompactionPolicy | None = DEFAULT_COMPACTION,
+) -> TableTieringReport:
     """Tier everything committed to `live` so far into the lake, exactly once (see the module docstring).
 
     A partitioned table is tiered partition by partition in the same round and the same commit: offsets are
@@ -116,8 +121,10 @@ def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = Non
     (2, {0: 2})
     """
     if live.partition_info is not None:
-        raise UnsupportedOperationError(f"tier the whole table {live.path}, not the handle of partition "
-                                        f"{live.partition_name!r} (the lake commits all partitions at once)")
+        raise UnsupportedOperationError(
+            f"tier the whole table {live.path}, not the handle of partition "
+            f"{live.partition_name!r} (the lake commits all partitions at once)"
+        )
     started = time.perf_counter()
     clock = clock or live.connection.clock
     try:
@@ -131,31 +138,42 @@ def tier_table(live: Table, lake: Lake, *, clock: Callable[[], int] | None = Non
             expire_dropped_partitions(live, {"log": main, "history": history_table})
         if compacting is not None:
             try:
-                done = compact_table(live, lake, policy=compacting, table=main) if due \
-                    else CompactionReport(live.path)  # loaded and current: no reload
-                history = compact_history(live, lake, policy=compacting, table=history_table) \
-                    if history_due else CompactionReport(live.path)
+                done = (
+                    compact_table(live, lake, policy=compacting, table=main) if due else CompactionReport(live.path)
+                )  # loaded and current: no reload
+                history = (
+                    compact_history(live, lake, policy=compacting, table=history_table)
+                    if history_due
+                    else CompactionReport(live.path)
+                )
             except TieringConflictError:  # tiering runs kept committing first: the next round compacts
                 return report
             if done.committed:
-                report = dataclasses.replace(report, files_compacted=done.data_files_rewritten,
-                                             snapshot_id=done.snapshot_id)
+                report = dataclasses.replace(
+                    report, files_compacted=done.data_files_rewritten, snapshot_id=done.snapshot_id
+                )
             if history.committed:
-                report = dataclasses.replace(report, history_files_compacted=history.data_files_rewritten,
-                                             history_snapshot_id=history.snapshot_id)
+                report = dataclasses.replace(
+                    report,
+                    history_files_compacted=history.data_files_rewritten,
+                    history_snapshot_id=history.snapshot_id,
+                )
             report = dataclasses.replace(report, seconds=time.perf_counter() - started)
         return report
     except FlussLakeError:
         raise
     except Exception as exc:
         if is_storage_unavailable(exc):
-            raise LakeUnavailableError(f"the lake did not answer while tiering {live.path} ({type(exc).__name__}: "
-                                       f"{str(exc)[:300]}); nothing was committed, run the round again") from exc
+            raise LakeUnavailableError(
+                f"the lake did not answer while tiering {live.path} ({type(exc).__name__}: "
+                f"{str(exc)[:300]}); nothing was committed, run the round again"
+            ) from exc
         raise
 
 
-def _tier(live: Table, lake: Lake, clock: Callable[[], int],
-          started: float) -> tuple[TableTieringReport, ResolvedTable]:
+def _tier(
+    live: Table, lake: Lake, clock: Callable[[], int], started: float
+) -> tuple[TableTieringReport, ResolvedTable]:
     """Resolve, plan, execute and commit; on a stale plan (a lost commit) resolve and plan again."""
     from pyiceberg.exceptions import CommitFailedException
 
@@ -170,12 +188,15 @@ def _tier(live: Table, lake: Lake, clock: Callable[[], int],
             conflicts += 1
             time.sleep(random.uniform(0, 0.02 * min(conflicts, 10)))  # jitter: two runs in lockstep drift apart
             if conflicts >= _MAX_CONFLICTS:
-                raise TieringConflictError(f"tiering {live.path}: other tiering runs committed first {conflicts} times "
-                                           "in a row; run one tiering service per table or try again") from None
+                raise TieringConflictError(
+                    f"tiering {live.path}: other tiering runs committed first {conflicts} times "
+                    "in a row; run one tiering service per table or try again"
+                ) from None
 
 
-def _execute(plan: TieringPlan, resolved: ResolvedTable, lake: Lake, conflicts: int,
-             started: float) -> TableTieringReport:
+def _execute(
+    plan: TieringPlan, resolved: ResolvedTable, lake: Lake, conflicts: int, started: float
+) -> TableTieringReport:
     """Read what the plan says, write it and commit it: the history table's commit runs beside the current
     state's (two tables, two commits with their own offsets: either may land first, as after a crash between
     them)."""
@@ -191,14 +212,19 @@ def _execute(plan: TieringPlan, resolved: ResolvedTable, lake: Lake, conflicts: 
         if plan.history is not None and plan.history.needed:
             assert resolved.history is not None
             history_rows = rows_since(log, plan.history.starts)
-            history_job = pool.submit(commit, resolved.history, plan.history,
-                                      append_write(history_rows, lake_arrow_schema(live.schema, "history")))
+            history_job = pool.submit(
+                commit,
+                resolved.history,
+                plan.history,
+                append_write(history_rows, lake_arrow_schema(live.schema, "history")),
+            )
             done["history_rows"] = history_rows.height
         if plan.main.needed:
             rows = rows_since(log, plan.main.starts)
             if plan.kind == "log":
-                done["snapshot_id"] = commit(resolved.main, plan.main,
-                                             append_write(rows, lake_arrow_schema(live.schema, "log")))
+                done["snapshot_id"] = commit(
+                    resolved.main, plan.main, append_write(rows, lake_arrow_schema(live.schema, "log"))
+                )
             else:
                 merge = MergeWrite(lake, resolved.main, live.schema, live.partition_keys, rows, base, plan.bootstrap)
                 done["snapshot_id"] = commit(resolved.main, plan.main, merge)
@@ -232,14 +258,20 @@ def commit(table: IcebergTable, target: LakeCommit, write: LakeWrite) -> int | N
 def _report(plan: TieringPlan, conflicts: int, started: float, done: Mapping[str, Any]) -> TableTieringReport:
     """The report of a round: the plan's offsets, and what executing it did."""
     partitioned = plan.partitioned
-    return TableTieringReport(**{
-        "table": plan.table, "kind": plan.kind,
-        "start_offsets": public_offsets(plan.main.expected.offsets, partitioned),
-        "end_offsets": public_offsets(plan.main.new.offsets, partitioned),
-        "skipped_offsets": public_offsets(plan.skipped, partitioned), "snapshot_id": plan.main.expected.snapshot_id,
-        "conflicts": conflicts,
-        "history_snapshot_id": plan.history.expected.snapshot_id if plan.history is not None else None,
-        **done, "seconds": time.perf_counter() - started})
+    return TableTieringReport(
+        **{
+            "table": plan.table,
+            "kind": plan.kind,
+            "start_offsets": public_offsets(plan.main.expected.offsets, partitioned),
+            "end_offsets": public_offsets(plan.main.new.offsets, partitioned),
+            "skipped_offsets": public_offsets(plan.skipped, partitioned),
+            "snapshot_id": plan.main.expected.snapshot_id,
+            "conflicts": conflicts,
+            "history_snapshot_id": plan.history.expected.snapshot_id if plan.history is not None else None,
+            **done,
+            "seconds": time.perf_counter() - started,
+        }
+    )
 
 
 def _read_log(resolved: ResolvedTable, plan: TieringPlan) -> pl.DataFrame:
@@ -257,7 +289,14 @@ def _read_log(resolved: ResolvedTable, plan: TieringPlan) -> pl.DataFrame:
             raise
         frames.append(frame.with_columns(pl.lit(name, pl.String).alias(PARTITION)))
     if not frames:
-        return pl.DataFrame(schema={PARTITION: pl.String, "_bucket": pl.Int32, "_offset": pl.Int64,
-                                    "_change_type": pl.String, "_commit_timestamp": pl.Datetime("ms", "UTC"),
-                                    **resolved.live.schema.polars_schema})
+        return pl.DataFrame(
+            schema={
+                PARTITION: pl.String,
+                "_bucket": pl.Int32,
+                "_offset": pl.Int64,
+                "_change_type": pl.String,
+                "_commit_timestamp": pl.Datetime("ms", "UTC"),
+                **resolved.live.schema.polars_schema,
+            }
+        )
     return pl.concat(frames, how="diagonal_relaxed")

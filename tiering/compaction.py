@@ -57,12 +57,12 @@ class CompactionPolicy:
     fluss_lake.exceptions.InvalidConfigError: delete_ratio must be in (0, 1], got 0; e.g. 0.3 rewrites a data file once 30% of its rows are deleted
     """
 
-    delete_ratio: float = 0.3        # rewrite a data file once this fraction of its rows is deleted
-    max_delete_files: int = 16       # more delete files than this in a partition: merge them into one
-    max_manifests: int = 32          # more manifests than this: fold them into one per content
-    max_history_files: int = 32      # history table: more small files than this in a partition: merge them
+    delete_ratio: float = 0.3  # rewrite a data file once this fraction of its rows is deleted
+    max_delete_files: int = 16  # more delete files than this in a partition: merge them into one
+    max_manifests: int = 32  # more manifests than this: fold them into one per content
+    max_history_files: int = 32  # history table: more small files than this in a partition: merge them
     small_file_rows: int = 1_000_000  # history table: files with fewer rows are small
-    check_every: int = 8             # after tiering rounds: check when the snapshot sequence number is a multiple
+    check_every: int = 8  # after tiering rounds: check when the snapshot sequence number is a multiple
 
     def due(self, table: Any) -> bool:
         """Whether a tiering round that just committed to `table` should run the check (every `check_every`
@@ -72,12 +72,16 @@ class CompactionPolicy:
 
     def __post_init__(self) -> None:
         if not 0 < self.delete_ratio <= 1:
-            raise InvalidConfigError(f"delete_ratio must be in (0, 1], got {self.delete_ratio}; e.g. 0.3 rewrites a "
-                                     "data file once 30% of its rows are deleted")
+            raise InvalidConfigError(
+                f"delete_ratio must be in (0, 1], got {self.delete_ratio}; e.g. 0.3 rewrites a "
+                "data file once 30% of its rows are deleted"
+            )
         if self.max_delete_files < 1 or self.max_manifests < 2 or self.max_history_files < 1 or self.check_every < 1:
-            raise InvalidConfigError(f"max_delete_files, max_history_files and check_every must be >= 1 and "
-                                     f"max_manifests >= 2, got {self.max_delete_files}, {self.max_history_files}, "
-                                     f"{self.check_every} and {self.max_manifests}")
+            raise InvalidConfigError(
+                f"max_delete_files, max_history_files and check_every must be >= 1 and "
+                f"max_manifests >= 2, got {self.max_delete_files}, {self.max_history_files}, "
+                f"{self.check_every} and {self.max_manifests}"
+            )
 
 
 DEFAULT_COMPACTION = CompactionPolicy()
@@ -91,8 +95,8 @@ class CompactionReport:
     committed: bool = False
     snapshot_id: int | None = None
     data_files_rewritten: int = 0
-    rows_rewritten: int = 0                 # live rows copied into new data files
-    rows_dropped: int = 0                   # deleted rows the rewrite removed for good
+    rows_rewritten: int = 0  # live rows copied into new data files
+    rows_dropped: int = 0  # deleted rows the rewrite removed for good
     delete_files_removed: int = 0
     delete_files_written: int = 0
     manifests_before: int = 0
@@ -100,8 +104,9 @@ class CompactionReport:
     seconds: float = 0.0
 
 
-def compact_table(live: Table, lake: Lake, *, policy: CompactionPolicy | None = None, force: bool = False,
-                  table: Any = None) -> CompactionReport:
+def compact_table(
+    live: Table, lake: Lake, *, policy: CompactionPolicy | None = None, force: bool = False, table: Any = None
+) -> CompactionReport:
     """Compact the current-state lake table of primary-key table `live` (see the module docstring).
 
     `force` rewrites every data file with a deleted row and removes every delete file. `table`: the lake table
@@ -126,12 +131,19 @@ def compact_table(live: Table, lake: Lake, *, policy: CompactionPolicy | None = 
     if not live.is_primary_key_table:
         return CompactionReport(live.path)
     policy = policy or CompactionPolicy()
-    return _retrying(live, lake, "primary-key", table, f"compacting {live.path}",
-                     lambda t, started: _compact(live, lake, t, policy, force, started))
+    return _retrying(
+        live,
+        lake,
+        "primary-key",
+        table,
+        f"compacting {live.path}",
+        lambda t, started: _compact(live, lake, t, policy, force, started),
+    )
 
 
-def compact_history(live: Table, lake: Lake, *, policy: CompactionPolicy | None = None,
-                    table: Any = None) -> CompactionReport:
+def compact_history(
+    live: Table, lake: Lake, *, policy: CompactionPolicy | None = None, table: Any = None
+) -> CompactionReport:
     """Merge the small files of a primary-key table's history table (each round appends a few per partition).
 
     In each partition with more than ``max_history_files`` files under ``small_file_rows`` rows, those files are
@@ -153,12 +165,19 @@ def compact_history(live: Table, lake: Lake, *, policy: CompactionPolicy | None 
     3
     """
     policy = policy or CompactionPolicy()
-    return _retrying(live, lake, "history", table, f"compacting the history of {live.path}",
-                     lambda t, started: _compact_history(live, lake, t, policy, started))
+    return _retrying(
+        live,
+        lake,
+        "history",
+        table,
+        f"compacting the history of {live.path}",
+        lambda t, started: _compact_history(live, lake, t, policy, started),
+    )
 
 
-def _retrying(live: Table, lake: Lake, kind: str, table: Any, what: str,
-              compact: Callable[[Any, float], CompactionReport]) -> CompactionReport:
+def _retrying(
+    live: Table, lake: Lake, kind: str, table: Any, what: str, compact: Callable[[Any, float], CompactionReport]
+) -> CompactionReport:
     """Run `compact` on the lake table of `kind`, planning again on the new snapshot when a tiering round commits
     first (a lost optimistic commit)."""
     from pyiceberg.exceptions import CommitFailedException
@@ -176,8 +195,7 @@ def _retrying(live: Table, lake: Lake, kind: str, table: Any, what: str,
     raise TieringConflictError(f"{what}: tiering committed first {_MAX_ATTEMPTS} times in a row; try again")
 
 
-def _compact_history(live: Table, lake: Lake, table: Any, policy: CompactionPolicy,
-                     started: float) -> CompactionReport:
+def _compact_history(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, started: float) -> CompactionReport:
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
     from pyiceberg.table import FileScanTask
@@ -188,8 +206,13 @@ def _compact_history(live: Table, lake: Lake, table: Any, policy: CompactionPoli
     manifests = snapshot.manifests(table.io)
     if _live_files(manifests) <= policy.max_history_files and len(manifests) <= policy.max_manifests:
         # from the manifest list alone: no partition can hold too many files (no manifest is read)
-        return CompactionReport(live.path, snapshot_id=snapshot.snapshot_id, manifests_before=len(manifests),
-                                manifests_after=len(manifests), seconds=time.perf_counter() - started)
+        return CompactionReport(
+            live.path,
+            snapshot_id=snapshot.snapshot_id,
+            manifests_before=len(manifests),
+            manifests_after=len(manifests),
+            seconds=time.perf_counter() - started,
+        )
     data = [e.data_file for e in state_index(lake).entries(table.io, manifests)]
     small: dict[Any, list[Any]] = {}
     for f in data:
@@ -197,10 +220,18 @@ def _compact_history(live: Table, lake: Lake, table: Any, policy: CompactionPoli
             small.setdefault(_partition_of(f), []).append(f)
     merge = [f for files in small.values() if len(files) > policy.max_history_files for f in files]
     if not merge and len(manifests) <= policy.max_manifests:
-        return CompactionReport(live.path, snapshot_id=snapshot.snapshot_id, manifests_before=len(manifests),
-                                manifests_after=len(manifests), seconds=time.perf_counter() - started)
-    rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(
-        [FileScanTask(f) for f in merge]) if merge else None
+        return CompactionReport(
+            live.path,
+            snapshot_id=snapshot.snapshot_id,
+            manifests_before=len(manifests),
+            manifests_after=len(manifests),
+            seconds=time.perf_counter() - started,
+        )
+    rows = (
+        ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table([FileScanTask(f) for f in merge])
+        if merge
+        else None
+    )
     offsets = LakeSnapshot.of_table(table)
     props = offsets.summary_properties() if offsets.table_id is not None else {}
     with table.transaction() as tx, RowDelta(tx, table.io, snapshot_properties=props, merge_manifests=True) as delta:
@@ -208,18 +239,26 @@ def _compact_history(live: Table, lake: Lake, table: Any, policy: CompactionPoli
             delta.delete_data_file(f)
         if rows is not None and rows.num_rows:
             target = pa.schema(tx.table_metadata.schema().as_arrow())
-            for f in _dataframe_to_data_files(table_metadata=tx.table_metadata, df=rows.cast(target), io=table.io,
-                                              write_uuid=delta.commit_uuid):
+            for f in _dataframe_to_data_files(
+                table_metadata=tx.table_metadata, df=rows.cast(target), io=table.io, write_uuid=delta.commit_uuid
+            ):
                 delta.append_data_file(f)
     current = table.current_snapshot()
-    return CompactionReport(live.path, committed=True, snapshot_id=current.snapshot_id if current else None,
-                            data_files_rewritten=len(merge), rows_rewritten=rows.num_rows if rows is not None else 0,
-                            manifests_before=len(manifests), manifests_after=len(current.manifests(table.io)),
-                            seconds=time.perf_counter() - started)
+    return CompactionReport(
+        live.path,
+        committed=True,
+        snapshot_id=current.snapshot_id if current else None,
+        data_files_rewritten=len(merge),
+        rows_rewritten=rows.num_rows if rows is not None else 0,
+        manifests_before=len(manifests),
+        manifests_after=len(current.manifests(table.io)),
+        seconds=time.perf_counter() - started,
+    )
 
 
-def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, force: bool,
-             started: float) -> CompactionReport:
+def _compact(
+    live: Table, lake: Lake, table: Any, policy: CompactionPolicy, force: bool, started: float
+) -> CompactionReport:
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
     from pyiceberg.manifest import ManifestContent
@@ -229,11 +268,19 @@ def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, forc
 
     snapshot = table.current_snapshot()
     manifests = snapshot.manifests(table.io)
-    if not force and len(manifests) <= policy.max_manifests and not _live_files(
-            [m for m in manifests if m.content == ManifestContent.DELETES]):
+    if (
+        not force
+        and len(manifests) <= policy.max_manifests
+        and not _live_files([m for m in manifests if m.content == ManifestContent.DELETES])
+    ):
         # from the manifest list alone: no delete file, few manifests (no manifest is read)
-        return CompactionReport(live.path, snapshot_id=snapshot.snapshot_id, manifests_before=len(manifests),
-                                manifests_after=len(manifests), seconds=time.perf_counter() - started)
+        return CompactionReport(
+            live.path,
+            snapshot_id=snapshot.snapshot_id,
+            manifests_before=len(manifests),
+            manifests_after=len(manifests),
+            seconds=time.perf_counter() - started,
+        )
     index = state_index(lake)
     entries = index.entries(table.io, manifests)
     data = [e.data_file for e in entries if not is_delete_file(e.data_file)]
@@ -241,18 +288,29 @@ def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, forc
     # deleted rows per data file (a round never deletes a position twice: counts add up)
     counts = index.delete_counts(table.io, deletes)
     by_file = dict(counts.group_by("file_path").agg(pl.col("len").sum()).iter_rows()) if counts.height else {}
-    rewrite = [f for f in data if by_file.get(f.file_path, 0) and
-               (force or by_file[f.file_path] >= policy.delete_ratio * f.record_count)]
+    rewrite = [
+        f
+        for f in data
+        if by_file.get(f.file_path, 0) and (force or by_file[f.file_path] >= policy.delete_ratio * f.record_count)
+    ]
     part = _partition_of
     delete_parts: dict[Any, list[Any]] = {}
     for f in deletes:
         delete_parts.setdefault(part(f), []).append(f)
     dangling = {part(f) for f in deletes} - {part(f) for f in data}
-    redo = {part(f) for f in rewrite} | dangling | {p for p, fs in delete_parts.items()
-                                                    if len(fs) > policy.max_delete_files or force}
+    redo = (
+        {part(f) for f in rewrite}
+        | dangling
+        | {p for p, fs in delete_parts.items() if len(fs) > policy.max_delete_files or force}
+    )
     if not redo and len(manifests) <= policy.max_manifests:
-        return CompactionReport(live.path, snapshot_id=snapshot.snapshot_id, manifests_before=len(manifests),
-                                manifests_after=len(manifests), seconds=time.perf_counter() - started)
+        return CompactionReport(
+            live.path,
+            snapshot_id=snapshot.snapshot_id,
+            manifests_before=len(manifests),
+            manifests_after=len(manifests),
+            seconds=time.perf_counter() - started,
+        )
     removed_deletes = [f for p in redo for f in delete_parts.get(p, [])]
     rewrite_paths = {f.file_path for f in rewrite}
     # deletes that stay: positions in data files that stay, of the partitions whose delete files are replaced
@@ -261,7 +319,7 @@ def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, forc
     stay = positions.filter(pl.col("file_path").is_in(sorted(redo_paths))).unique() if positions.height else positions
     where = {f.file_path: (part(f), f.partition, f.file_path.rsplit("/", 1)[0]) for f in data}
     merged: dict[Any, tuple[Any, str, list[pa.Table]]] = {}
-    for (path,), frame in (stay.partition_by("file_path", as_dict=True).items() if stay.height else ()):
+    for (path,), frame in stay.partition_by("file_path", as_dict=True).items() if stay.height else ():
         key, record, folder = where[path]  # type: ignore[index]
         merged.setdefault(key, (record, folder, []))[2].append(frame.to_arrow())
     new_deletes = [(record, folder, pa.concat_tables(frames)) for record, folder, frames in merged.values()]
@@ -278,19 +336,27 @@ def _compact(live: Table, lake: Lake, table: Any, policy: CompactionPolicy, forc
             delta.delete_data_file(f)
         if rows.num_rows:
             target = pa.schema(tx.table_metadata.schema().as_arrow())
-            for f in _dataframe_to_data_files(table_metadata=tx.table_metadata, df=rows.cast(target), io=table.io,
-                                              write_uuid=delta.commit_uuid):
+            for f in _dataframe_to_data_files(
+                table_metadata=tx.table_metadata, df=rows.cast(target), io=table.io, write_uuid=delta.commit_uuid
+            ):
                 delta.append_data_file(f)
         written = write_position_deletes(table.io, tx.table_metadata.default_spec_id, new_deletes)
         for f in written:
             delta.add_delete_file(f)
     current = table.current_snapshot()
-    return CompactionReport(live.path, committed=True, snapshot_id=current.snapshot_id if current else None,
-                            data_files_rewritten=len(rewrite), rows_rewritten=rows.num_rows,
-                            rows_dropped=sum(f.record_count for f in rewrite) - rows.num_rows,
-                            delete_files_removed=len(removed_deletes), delete_files_written=len(written),
-                            manifests_before=len(manifests), manifests_after=len(current.manifests(table.io)),
-                            seconds=time.perf_counter() - started)
+    return CompactionReport(
+        live.path,
+        committed=True,
+        snapshot_id=current.snapshot_id if current else None,
+        data_files_rewritten=len(rewrite),
+        rows_rewritten=rows.num_rows,
+        rows_dropped=sum(f.record_count for f in rewrite) - rows.num_rows,
+        delete_files_removed=len(removed_deletes),
+        delete_files_written=len(written),
+        manifests_before=len(manifests),
+        manifests_after=len(current.manifests(table.io)),
+        seconds=time.perf_counter() - started,
+    )
 
 
 def _live_files(manifests: list[Any]) -> int:

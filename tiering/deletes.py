@@ -63,11 +63,18 @@ __all__ = [
 FILE_PATH_FIELD_ID = 2147483546
 POS_FIELD_ID = 2147483545
 #: The Iceberg spec's position-delete schema (pyiceberg's own constant types ``pos`` as int; the spec says long).
-POSITION_DELETE_SCHEMA = Schema(NestedField(FILE_PATH_FIELD_ID, "file_path", StringType(), required=True),
-                                NestedField(POS_FIELD_ID, "pos", LongType(), required=True))
-_ARROW_SCHEMA = pa.schema([
-    pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_FIELD_ID).encode()}),
-    pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_FIELD_ID).encode()})])
+POSITION_DELETE_SCHEMA = Schema(
+    NestedField(FILE_PATH_FIELD_ID, "file_path", StringType(), required=True),
+    NestedField(POS_FIELD_ID, "pos", LongType(), required=True),
+)
+_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field(
+            "file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": str(FILE_PATH_FIELD_ID).encode()}
+        ),
+        pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": str(POS_FIELD_ID).encode()}),
+    ]
+)
 # exact bounds on file_path: with lower == upper a reader indexes the file by the one data file it names
 _WRITE_PROPERTIES = {"write.metadata.metrics.default": "full", "write.parquet.compression-codec": "zstd"}
 
@@ -93,8 +100,11 @@ def _write_one(io: FileIO, spec_id: int, partition: Any, folder: str, rows: pa.T
     """One position-delete file (see :func:`write_position_deletes`)."""
     from pyiceberg.io.pyarrow import ParquetFormatWriter
 
-    rows = rows.select(["file_path", "pos"]).cast(_ARROW_SCHEMA).sort_by([("file_path", "ascending"),
-                                                                            ("pos", "ascending")])
+    rows = (
+        rows.select(["file_path", "pos"])
+        .cast(_ARROW_SCHEMA)
+        .sort_by([("file_path", "ascending"), ("pos", "ascending")])
+    )
     path = f"{folder.rstrip('/')}/{uuid.uuid4()}-deletes.parquet"
     output = io.new_output(path)
     writer = ParquetFormatWriter(output, POSITION_DELETE_SCHEMA, _WRITE_PROPERTIES)
@@ -102,9 +112,16 @@ def _write_one(io: FileIO, spec_id: int, partition: Any, folder: str, rows: pa.T
         writer.write(rows)
     stats = writer.result()
     delete_file = DataFile.from_args(
-        content=DataFileContent.POSITION_DELETES, file_path=path, file_format=FileFormat.PARQUET,
-        partition=partition, file_size_in_bytes=len(output), sort_order_id=None, equality_ids=None,
-        key_metadata=None, **stats.to_serialized_dict())
+        content=DataFileContent.POSITION_DELETES,
+        file_path=path,
+        file_format=FileFormat.PARQUET,
+        partition=partition,
+        file_size_in_bytes=len(output),
+        sort_order_id=None,
+        equality_ids=None,
+        key_metadata=None,
+        **stats.to_serialized_dict(),
+    )
     delete_file.spec_id = spec_id
     return delete_file
 
@@ -141,11 +158,23 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             delta.commit()
     """
 
-    def __init__(self, transaction: Transaction, io: FileIO, *, snapshot_properties: dict[str, str],
-                 merge_manifests: bool = False, commit_uuid: uuid.UUID | None = None) -> None:
+    def __init__(
+        self,
+        transaction: Transaction,
+        io: FileIO,
+        *,
+        snapshot_properties: dict[str, str],
+        merge_manifests: bool = False,
+        commit_uuid: uuid.UUID | None = None,
+    ) -> None:
         has_parent = transaction.table_metadata.current_snapshot() is not None
-        super().__init__(operation=Operation.OVERWRITE if has_parent else Operation.APPEND, transaction=transaction,
-                         io=io, commit_uuid=commit_uuid, snapshot_properties=snapshot_properties)
+        super().__init__(
+            operation=Operation.OVERWRITE if has_parent else Operation.APPEND,
+            transaction=transaction,
+            io=io,
+            commit_uuid=commit_uuid,
+            snapshot_properties=snapshot_properties,
+        )
         self._added_delete_files: list[DataFile] = []
         self._removed_files: set[DataFile] = set()
         self._merge = merge_manifests
@@ -178,13 +207,22 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
             raise ValueError("position deletes need an Iceberg format-version 2 table")
         out: list[ManifestFile] = []
         spec_id = metadata.default_spec_id
-        for content, files in ((ManifestContent.DATA, self._added_data_files),
-                               (ManifestContent.DELETES, self._added_delete_files)):
+        for content, files in (
+            (ManifestContent.DATA, self._added_data_files),
+            (ManifestContent.DELETES, self._added_delete_files),
+        ):
             if files:
                 with self._writer(content, spec_id) as writer:
                     for f in files:
-                        writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
-                                                           sequence_number=None, file_sequence_number=None, data_file=f))
+                        writer.add(
+                            ManifestEntry.from_args(
+                                status=ManifestEntryStatus.ADDED,
+                                snapshot_id=self._snapshot_id,
+                                sequence_number=None,
+                                file_sequence_number=None,
+                                data_file=f,
+                            )
+                        )
                 out.append(writer.to_manifest_file())
         parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id is not None else None
         if parent is None:
@@ -220,8 +258,9 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         if missing:
             from pyiceberg.exceptions import ValidationException
 
-            raise ValidationException("files to remove are not in the parent snapshot: "
-                                      + ", ".join(sorted(f.file_path for f in missing)))
+            raise ValidationException(
+                "files to remove are not in the parent snapshot: " + ", ".join(sorted(f.file_path for f in missing))
+            )
         return out
 
     def _summary(self, snapshot_properties: dict[str, str] | None = None) -> Summary:
@@ -235,4 +274,5 @@ class RowDelta(_SnapshotProducer["RowDelta"]):
         parent = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id is not None else None
         return update_snapshot_summaries(
             summary=Summary(operation=self._operation, **collector.build(), **(snapshot_properties or {})),
-            previous_summary=parent.summary if parent is not None else None)
+            previous_summary=parent.summary if parent is not None else None,
+        )

@@ -64,8 +64,10 @@ class Lake:
         props = {str(k): str(v) for k, v in catalog_properties.items()}
         props.setdefault("type", "sql")
         if props["type"] == "sql" and "uri" not in props:
-            raise InvalidConfigError("a SQL lake catalog needs a 'uri' property (e.g. 'sqlite:///path/catalog.db'); "
-                                     "or use Lake.local(path) for the embedded default")
+            raise InvalidConfigError(
+                "a SQL lake catalog needs a 'uri' property (e.g. 'sqlite:///path/catalog.db'); "
+                "or use Lake.local(path) for the embedded default"
+            )
         self.properties = props
         self.name = name
         self._catalog: Any = None
@@ -85,8 +87,10 @@ class Lake:
             return cls(catalog_properties)
         root = connection.store.local_path("")
         if root is None:
-            raise InvalidConfigError(f"the live store {connection.url} is not a local folder, so there is no embedded "
-                                     "lake beside it; pass catalog_properties (uri, warehouse, s3.* keys)")
+            raise InvalidConfigError(
+                f"the live store {connection.url} is not a local folder, so there is no embedded "
+                "lake beside it; pass catalog_properties (uri, warehouse, s3.* keys)"
+            )
         return cls.local(os.path.join(root, LAKE_DIR))
 
     # ------------------------------------------------------------ catalog
@@ -97,7 +101,7 @@ class Lake:
             from pyiceberg.catalog import load_catalog
 
             if self.properties.get("type") == "sql" and self.properties["uri"].startswith("sqlite:///"):
-                os.makedirs(os.path.dirname(self.properties["uri"][len("sqlite:///"):]) or ".", exist_ok=True)
+                os.makedirs(os.path.dirname(self.properties["uri"][len("sqlite:///") :]) or ".", exist_ok=True)
             for attempt in range(5):
                 try:
                     self._catalog = load_catalog(self.name, **self.properties)
@@ -109,9 +113,13 @@ class Lake:
 
     def storage_options(self) -> dict[str, str]:
         """Object-store options for Polars readers (the catalog's ``s3.*`` keys mapped; empty for local files)."""
-        mapping = {"s3.endpoint": "aws_endpoint_url", "s3.access-key-id": "aws_access_key_id",
-                   "s3.secret-access-key": "aws_secret_access_key", "s3.region": "aws_region",
-                   "s3.session-token": "aws_session_token"}
+        mapping = {
+            "s3.endpoint": "aws_endpoint_url",
+            "s3.access-key-id": "aws_access_key_id",
+            "s3.secret-access-key": "aws_secret_access_key",
+            "s3.region": "aws_region",
+            "s3.session-token": "aws_session_token",
+        }
         options = {target: self.properties[key] for key, target in mapping.items() if key in self.properties}
         if options.get("aws_endpoint_url", "").startswith("http://"):
             options["aws_allow_http"] = "true"
@@ -150,7 +158,10 @@ class Lake:
             try:
                 self.catalog.create_namespace(namespace)
             except Exception as exc:  # another tiering run may create it at the same moment (IntegrityError)
-                if not isinstance(exc, NamespaceAlreadyExistsError) and (namespace,) not in self.catalog.list_namespaces():
+                if (
+                    not isinstance(exc, NamespaceAlreadyExistsError)
+                    and (namespace,) not in self.catalog.list_namespaces()
+                ):
                     raise
             properties = {**_TABLE_PROPERTIES, TABLE_ID_PROPERTY: live.info.table_id, _KIND_PROPERTY: kind}
             try:
@@ -177,8 +188,10 @@ class Lake:
         current = {f.name for f in table.schema().fields}
         added = [f.name for f in target if f.name not in current]
         for name in set(current) - set(target.names):
-            raise LakeTableMismatchError(f"lake table {'.'.join(table.name())} has column {name!r} that the live "
-                                         "table lacks; only added columns are propagated to the lake")
+            raise LakeTableMismatchError(
+                f"lake table {'.'.join(table.name())} has column {name!r} that the live "
+                "table lacks; only added columns are propagated to the lake"
+            )
         if added:
             first_system = system_names(kind)[0]
             with table.update_schema() as update:
@@ -212,8 +225,9 @@ class Lake:
             return []
         return expire_dropped_partitions(live, {kind: self.load(live.path, kind) for kind in ("log", "history")})
 
-    def remove_orphan_files(self, path: str | TablePath, *, older_than_s: float = 3600.0,
-                            dry_run: bool = False) -> list[Any]:
+    def remove_orphan_files(
+        self, path: str | TablePath, *, older_than_s: float = 3600.0, dry_run: bool = False
+    ) -> list[Any]:
         """Delete files of the lake tables of `path` that no snapshot references (left by killed rounds) and that
         are older than `older_than_s`; see :func:`tiering.orphans.remove_orphan_files`."""
         from tiering.orphans import remove_orphan_files
@@ -240,8 +254,9 @@ def expire_dropped_partitions(live: Table, tables: Mapping[str, IcebergTable | N
         table = tables.get(kind)
         if table is None or table.current_snapshot() is None:
             continue
-        _check_owner(table, live, kind if kind == "history" else ("primary-key" if live.is_primary_key_table
-                                                                        else "log"))
+        _check_owner(
+            table, live, kind if kind == "history" else ("primary-key" if live.is_primary_key_table else "log")
+        )
         removed.update(_expire_files(table, live, existing))
     return sorted(removed)  # type: ignore[type-var]
 
@@ -253,7 +268,8 @@ def _check_owner(table: IcebergTable, live: Table, kind: LakeKind) -> None:
         raise LakeTableMismatchError(
             f"lake table {'.'.join(table.name())} belongs to live table id {owner} ({table.properties.get(_KIND_PROPERTY)}"
             f"), not to {live.path} (id {live.info.table_id}, {kind}): the live table was dropped and created again."
-            " Drop the old lake table (Lake.drop) or rename it to keep its data, then tier again")
+            " Drop the old lake table (Lake.drop) or rename it to keep its data, then tier again"
+        )
 
 
 def _local_properties(path: str) -> dict[str, str]:
@@ -270,21 +286,33 @@ def _expire_files(table: IcebergTable, live: Table, existing: set[str]) -> list[
     from tiering.schema import file_key
 
     for _attempt in range(20):
-        stale = [(f, file_key(table, task.file, live.schema, live.partition_keys)[0])
-                 for task in table.scan().plan_files() for f in (task.file, *task.delete_files)]
+        stale = [
+            (f, file_key(table, task.file, live.schema, live.partition_keys)[0])
+            for task in table.scan().plan_files()
+            for f in (task.file, *task.delete_files)
+        ]
         stale = list({f.file_path: (f, name) for f, name in stale if name not in existing}.values())
         if not stale:
             return []
         snap = LakeSnapshot.of_table(table)
-        keep = LakeSnapshot(None, {k: o for k, o in snap.offsets.items() if k[0] in existing}, snap.table_id,
-                            snap.tiered_at_ms, {n: i for n, i in snap.partition_ids.items() if n in existing})
+        keep = LakeSnapshot(
+            None,
+            {k: o for k, o in snap.offsets.items() if k[0] in existing},
+            snap.table_id,
+            snap.tiered_at_ms,
+            {n: i for n, i in snap.partition_ids.items() if n in existing},
+        )
         try:
-            with table.transaction() as tx, RowDelta(tx, table.io, snapshot_properties=keep.summary_properties()) as delta:
+            with (
+                table.transaction() as tx,
+                RowDelta(tx, table.io, snapshot_properties=keep.summary_properties()) as delta,
+            ):
                 for data_file, _ in stale:  # data files and their position-delete files
                     delta.delete_data_file(data_file)
         except CommitFailedException:
             table.refresh()
             continue
         return sorted({name for _, name in stale if name is not None})
-    raise TieringConflictError(f"expiring dropped partitions of {live.path}: tiering runs committed first 20 times "
-                               "in a row; try again")
+    raise TieringConflictError(
+        f"expiring dropped partitions of {live.path}: tiering runs committed first 20 times in a row; try again"
+    )

@@ -82,8 +82,10 @@ class LakeSnapshot:
             offsets = {(p, int(b)): int(o) for p, b, o in body["offsets"]}
             ids = {str(k): str(v) for k, v in body.get("partitions", {}).items()}
         except (ValueError, KeyError, TypeError) as exc:
-            raise LakeTableMismatchError(f"snapshot {snapshot_id} has an unreadable {OFFSETS_PROPERTY!r} entry "
-                                         f"({raw[:80]!r}); it was not written by fluss-lake tiering") from exc
+            raise LakeTableMismatchError(
+                f"snapshot {snapshot_id} has an unreadable {OFFSETS_PROPERTY!r} entry "
+                f"({raw[:80]!r}); it was not written by fluss-lake tiering"
+            ) from exc
         tiered_at = summary.get(TIERED_AT_PROPERTY)
         return cls(snapshot_id, offsets, body.get("table_id"), int(tiered_at) if tiered_at else None, ids)
 

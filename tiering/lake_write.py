@@ -38,8 +38,10 @@ class LakeWrite(Protocol):
 
 def append_write(rows: pl.DataFrame, target: pa.Schema) -> LakeWrite:
     """Append live log rows (log and history tables)."""
+
     def write(tx: Any, props: dict[str, str]) -> None:
         tx.append(to_lake_rows(rows, target), snapshot_properties=props)
+
     return write
 
 
@@ -47,11 +49,15 @@ def rows_since(log: pl.DataFrame, starts: Mapping[Key, int]) -> pl.DataFrame:
     """Rows at or after each (partition, bucket)'s start offset."""
     if not log.height:
         return log
-    keys = pl.DataFrame({PARTITION: [k[0] for k in starts], "_bucket": [k[1] for k in starts],
-                         "__start": list(starts.values())},
-                        schema={PARTITION: pl.String, "_bucket": log.schema["_bucket"], "__start": pl.Int64})
-    return log.join(keys, on=[PARTITION, "_bucket"], how="left", nulls_equal=True, maintain_order="left") \
-        .filter(pl.col("_offset") >= pl.col("__start").fill_null(0)).drop("__start")
+    keys = pl.DataFrame(
+        {PARTITION: [k[0] for k in starts], "_bucket": [k[1] for k in starts], "__start": list(starts.values())},
+        schema={PARTITION: pl.String, "_bucket": log.schema["_bucket"], "__start": pl.Int64},
+    )
+    return (
+        log.join(keys, on=[PARTITION, "_bucket"], how="left", nulls_equal=True, maintain_order="left")
+        .filter(pl.col("_offset") >= pl.col("__start").fill_null(0))
+        .drop("__start")
+    )
 
 
 def bootstrap_rows(now: LiveOffsets, keys: frozenset[Key]) -> tuple[pl.DataFrame | None, dict[Key, int]]:
@@ -62,8 +68,13 @@ def bootstrap_rows(now: LiveOffsets, keys: frozenset[Key]) -> tuple[pl.DataFrame
     for name, b in sorted(keys, key=lambda k: (k[0] or "", k[1])):
         state = now.handles[name].bucket_state(b)
         offsets[(name, b)] = state.offset
-        frames.append(state.rows.with_columns(pl.lit(b, pl.Int32).alias(BUCKET), pl.lit(-1, pl.Int64).alias(OFFSET),
-                                              pl.lit(-1, pl.Int64).cast(pl.Datetime("ms", "UTC")).alias(TIMESTAMP)))
+        frames.append(
+            state.rows.with_columns(
+                pl.lit(b, pl.Int32).alias(BUCKET),
+                pl.lit(-1, pl.Int64).alias(OFFSET),
+                pl.lit(-1, pl.Int64).cast(pl.Datetime("ms", "UTC")).alias(TIMESTAMP),
+            )
+        )
     return pl.concat(frames, how="vertical_relaxed"), offsets
 
 
@@ -75,8 +86,16 @@ class MergeWrite:
     replace their files wholesale. Applying it writes the new data files and the position-delete files.
     """
 
-    def __init__(self, lake: Lake, main: IcebergTable, schema: Schema, partition_keys: tuple[str, ...],
-                 log: pl.DataFrame, base: pl.DataFrame | None, rebuilt: frozenset[Key]) -> None:
+    def __init__(
+        self,
+        lake: Lake,
+        main: IcebergTable,
+        schema: Schema,
+        partition_keys: tuple[str, ...],
+        log: pl.DataFrame,
+        base: pl.DataFrame | None,
+        rebuilt: frozenset[Key],
+    ) -> None:
         pk = list(schema.primary_key)
         target = lake_arrow_schema(schema, "primary-key")
         upserts, touched = fold_changes(log, pk) if log.height else (log, log.select(pk))
@@ -96,11 +115,13 @@ class MergeWrite:
         self.main = main
         self.rows = pa.concat_tables(parts).cast(target) if parts else target.empty_table()
         self.removed = {f.file_path: f for t in dropped for f in (t.file, *t.delete_files)}
-        self.deletes = [(partition, _folder(frames[0]["file_path"][0].as_py()), pa.concat_tables(frames))
-                        for partition, frames in per_partition.items()]
+        self.deletes = [
+            (partition, _folder(frames[0]["file_path"][0].as_py()), pa.concat_tables(frames))
+            for partition, frames in per_partition.items()
+        ]
         self.files_rewritten = len(dropped)
         self.position_deletes = hits.height
-        self.delete_files = 0                  # position-delete files written (known once applied)
+        self.delete_files = 0  # position-delete files written (known once applied)
 
     def __call__(self, tx: Any, props: dict[str, str]) -> None:
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
@@ -112,8 +133,9 @@ class MergeWrite:
             for data_file in self.removed.values():
                 delta.delete_data_file(data_file)
             if self.rows.num_rows:
-                for data_file in _dataframe_to_data_files(table_metadata=tx.table_metadata, df=self.rows, io=main.io,
-                                                          write_uuid=delta.commit_uuid):
+                for data_file in _dataframe_to_data_files(
+                    table_metadata=tx.table_metadata, df=self.rows, io=main.io, write_uuid=delta.commit_uuid
+                ):
                     delta.append_data_file(data_file)
             written = deletes.write_position_deletes(main.io, tx.table_metadata.default_spec_id, self.deletes)
             self.delete_files = len(written)
@@ -122,8 +144,11 @@ class MergeWrite:
 
     def stats(self) -> dict[str, int]:
         """Report fields: data files replaced, old rows deleted by position, delete files written."""
-        return {"files_rewritten": self.files_rewritten, "position_deletes": self.position_deletes,
-                "delete_files": self.delete_files}
+        return {
+            "files_rewritten": self.files_rewritten,
+            "position_deletes": self.position_deletes,
+            "delete_files": self.delete_files,
+        }
 
 
 def _folder(path: str) -> str:
@@ -138,8 +163,9 @@ def _as_lake_types(keys: pl.DataFrame, target: pa.Schema, pk: list[str]) -> pl.D
     return frame
 
 
-def _partition_tasks(main: IcebergTable, schema: Schema, partition_keys: tuple[str, ...],
-                     keys: set[Key]) -> list[tuple[Any, Key]]:
+def _partition_tasks(
+    main: IcebergTable, schema: Schema, partition_keys: tuple[str, ...], keys: set[Key]
+) -> list[tuple[Any, Key]]:
     """Scan tasks (data file + its delete files) of the given (partition, bucket)s, from the manifests alone."""
     from pyiceberg.expressions import In
 

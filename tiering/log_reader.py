@@ -54,8 +54,9 @@ class LogReader(LogSource):
         """The log of one bucket (its own view, listed once, then probed forward)."""
         tablet = self._tablets.get(bucket)
         if tablet is None:
-            tablet = self._tablets[bucket] = LogTablet(self.live.connection.store,
-                                                       layout.log_prefix(self.prefix, bucket), bucket)
+            tablet = self._tablets[bucket] = LogTablet(
+                self.live.connection.store, layout.log_prefix(self.prefix, bucket), bucket
+            )
         return tablet
 
     def offsets(self) -> dict[int, tuple[int, int]]:
@@ -86,8 +87,13 @@ class LogReader(LogSource):
         """First retained offset of every bucket."""
         return {b: earliest for b, (earliest, _) in self.offsets().items()}
 
-    def scan_log(self, *, start_offsets: Mapping[int, int] | None = None,
-                 end_offsets: Mapping[int, int] | None = None, columns: Sequence[str] | None = None) -> pl.DataFrame:
+    def scan_log(
+        self,
+        *,
+        start_offsets: Mapping[int, int] | None = None,
+        end_offsets: Mapping[int, int] | None = None,
+        columns: Sequence[str] | None = None,
+    ) -> pl.DataFrame:
         """``Table.scan_log`` over these log tablets."""
         return read_buckets(self, start_offsets=start_offsets, end_offsets=end_offsets, columns=columns)
 

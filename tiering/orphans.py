@@ -34,13 +34,14 @@ class OrphanReport:
     """Files found unreferenced in one lake table's folders."""
 
     table: str
-    removed: tuple[str, ...] = ()            # deleted (or, with dry_run, that would be)
-    too_recent: tuple[str, ...] = ()         # unreferenced but younger than the grace period: kept
-    referenced: int = 0                      # files any snapshot or metadata version references
+    removed: tuple[str, ...] = ()  # deleted (or, with dry_run, that would be)
+    too_recent: tuple[str, ...] = ()  # unreferenced but younger than the grace period: kept
+    referenced: int = 0  # files any snapshot or metadata version references
 
 
-def remove_orphan_files(lake: Lake, path: str | TablePath, *, older_than_s: float = DEFAULT_ORPHAN_GRACE_S,
-                        dry_run: bool = False) -> list[OrphanReport]:
+def remove_orphan_files(
+    lake: Lake, path: str | TablePath, *, older_than_s: float = DEFAULT_ORPHAN_GRACE_S, dry_run: bool = False
+) -> list[OrphanReport]:
     """Delete files of the lake tables of `path` (current state or log, and history) that no snapshot references
     and that are older than `older_than_s` seconds; one report per lake table. `dry_run` only reports.
 
@@ -55,8 +56,10 @@ def remove_orphan_files(lake: Lake, path: str | TablePath, *, older_than_s: floa
     [()]
     """
     if older_than_s < 0:
-        raise InvalidConfigError(f"older_than_s must be >= 0, got {older_than_s}; files younger than it are kept "
-                                 "(it protects the files of a round still running)")
+        raise InvalidConfigError(
+            f"older_than_s must be >= 0, got {older_than_s}; files younger than it are kept "
+            "(it protects the files of a round still running)"
+        )
     reports = []
     for kind in ("log", "history"):
         table = lake.load(path, kind)  # type: ignore[arg-type]
@@ -88,8 +91,9 @@ def _remove(table: Any, older_than_s: float, dry_run: bool) -> OrphanReport:
     if not dry_run:
         for location in old:
             table.io.delete(location)
-    return OrphanReport(".".join(table.name()), tuple(old), tuple(p for p in orphans if p not in set(old)),
-                        len(referenced))
+    return OrphanReport(
+        ".".join(table.name()), tuple(old), tuple(p for p in orphans if p not in set(old)), len(referenced)
+    )
 
 
 def _referenced(table: Any) -> set[str]:
@@ -109,5 +113,5 @@ def _normal(location: str) -> str:
     """A location without its scheme's slashes variations (``file:/x`` and ``file:///x`` are one file)."""
     for scheme in ("file://", "file:"):
         if location.startswith(scheme):
-            return location[len(scheme):].lstrip("/")
+            return location[len(scheme) :].lstrip("/")
     return location.split("://", 1)[-1]

@@ -36,8 +36,16 @@ if TYPE_CHECKING:
     from fluss_lake.table import Table
     from tiering.lake import Lake
 
-__all__ = ["LakeCommit", "ResolvedTable", "StalePlan", "TieringPlan", "lake_snapshot", "live_kind", "plan_round",
-           "public_offsets"]
+__all__ = [
+    "LakeCommit",
+    "ResolvedTable",
+    "StalePlan",
+    "TieringPlan",
+    "lake_snapshot",
+    "live_kind",
+    "plan_round",
+    "public_offsets",
+]
 
 
 def live_kind(live: Table) -> LakeKind:
@@ -54,9 +62,9 @@ class ResolvedTable:
     """A live table and its lake table(s), resolved once for one planning of a round."""
 
     live: Table
-    offsets: LiveOffsets                 # partition handles, end and earliest offsets, partition ids
-    main: IcebergTable                   # the current-state or log lake table
-    history: IcebergTable | None         # a primary-key table's changelog table
+    offsets: LiveOffsets  # partition handles, end and earliest offsets, partition ids
+    main: IcebergTable  # the current-state or log lake table
+    history: IcebergTable | None  # a primary-key table's changelog table
 
     @property
     def kind(self) -> LakeKind:
@@ -81,10 +89,10 @@ class LakeCommit:
     """What a round writes into one lake table and commits, and on which condition."""
 
     kind: LakeKind
-    expected: LakeSnapshot               # precondition: the lake table is still at this snapshot
-    starts: Mapping[Key, int]            # write the log records at or after these offsets
-    new: LakeSnapshot                    # the offsets (with table id, tiered-at, partition ids) to commit
-    needed: bool                         # rows to write, or offsets leaving the summary
+    expected: LakeSnapshot  # precondition: the lake table is still at this snapshot
+    starts: Mapping[Key, int]  # write the log records at or after these offsets
+    new: LakeSnapshot  # the offsets (with table id, tiered-at, partition ids) to commit
+    needed: bool  # rows to write, or offsets leaving the summary
 
     def check(self, table: IcebergTable) -> None:
         """Raise :class:`StalePlan` unless `table` is still at the snapshot the plan was made on.
@@ -95,8 +103,10 @@ class LakeCommit:
         current = table.current_snapshot()
         found = current.snapshot_id if current is not None else None
         if found != self.expected.snapshot_id:
-            raise StalePlan(f"lake table {'.'.join(table.name())} moved from snapshot {self.expected.snapshot_id} "
-                            f"to {found} under the plan; plan the round again")
+            raise StalePlan(
+                f"lake table {'.'.join(table.name())} moved from snapshot {self.expected.snapshot_id} "
+                f"to {found} under the plan; plan the round again"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,10 +128,10 @@ class TieringPlan:
     table: TablePath
     kind: LakeKind
     partitioned: bool
-    end: Mapping[Key, int]               # read the live log up to these offsets (exclusive)
-    read_from: Mapping[Key, int]         # ... from these
-    bootstrap: frozenset[Key]            # current state rebuilt from the live state (their log expired)
-    skipped: Mapping[Key, int]           # expired offsets never tiered (log and history tables)
+    end: Mapping[Key, int]  # read the live log up to these offsets (exclusive)
+    read_from: Mapping[Key, int]  # ... from these
+    bootstrap: frozenset[Key]  # current state rebuilt from the live state (their log expired)
+    skipped: Mapping[Key, int]  # expired offsets never tiered (log and history tables)
     main: LakeCommit
     history: LakeCommit | None
 
@@ -141,8 +151,11 @@ class TieringPlan:
             return self
         starts = {**self.main.starts, **offsets}
         history = self.history.starts if self.history is not None else {}
-        main = dataclasses.replace(self.main, starts=starts, new=dataclasses.replace(
-            self.main.new, offsets={k: max(e, starts[k]) for k, e in self.end.items()}))
+        main = dataclasses.replace(
+            self.main,
+            starts=starts,
+            new=dataclasses.replace(self.main.new, offsets={k: max(e, starts[k]) for k, e in self.end.items()}),
+        )
         return dataclasses.replace(self, main=main, read_from=_read_from(self.end, starts, history))
 
 
@@ -176,16 +189,33 @@ def plan_round(resolved: ResolvedTable, *, tiered_at: int) -> TieringPlan:
             skipped[k] = max(skipped.get(k, 0), earliest[k] - hist_starts[k])
             hist_starts[k] = earliest[k]
     stale = set(main_snap.offsets) - set(end)
-    main = LakeCommit(kind, main_snap, starts,
-                      LakeSnapshot(None, {k: max(end[k], starts[k]) for k in end}, table_id, tiered_at, ids),
-                      bool(bootstrap or stale) or any(starts[k] < end[k] for k in end))
+    main = LakeCommit(
+        kind,
+        main_snap,
+        starts,
+        LakeSnapshot(None, {k: max(end[k], starts[k]) for k in end}, table_id, tiered_at, ids),
+        bool(bootstrap or stale) or any(starts[k] < end[k] for k in end),
+    )
     history = None
     if hist_snap is not None:
-        history = LakeCommit("history", hist_snap, hist_starts, LakeSnapshot(None, dict(end), table_id, tiered_at, ids),
-                             bool(set(hist_snap.offsets) - set(end))
-                             or any(hist_starts[k] < end[k] for k in hist_starts))
-    return TieringPlan(live.path, kind, live.is_partitioned, dict(end), _read_from(end, starts, hist_starts),
-                       frozenset(bootstrap), skipped, main, history)
+        history = LakeCommit(
+            "history",
+            hist_snap,
+            hist_starts,
+            LakeSnapshot(None, dict(end), table_id, tiered_at, ids),
+            bool(set(hist_snap.offsets) - set(end)) or any(hist_starts[k] < end[k] for k in hist_starts),
+        )
+    return TieringPlan(
+        live.path,
+        kind,
+        live.is_partitioned,
+        dict(end),
+        _read_from(end, starts, hist_starts),
+        frozenset(bootstrap),
+        skipped,
+        main,
+        history,
+    )
 
 
 def _read_from(end: Mapping[Key, int], starts: Mapping[Key, int], history: Mapping[Key, int]) -> dict[Key, int]:
@@ -197,8 +227,10 @@ def lake_snapshot(table: IcebergTable, table_id: str) -> LakeSnapshot:
     """The tiering progress of a lake table, which must hold offsets of live table `table_id` (or none yet)."""
     snap = LakeSnapshot.of_table(table)
     if snap.table_id not in (None, table_id):
-        raise LakeTableMismatchError(f"lake table {'.'.join(table.name())} holds offsets of live table id "
-                                     f"{snap.table_id}, not {table_id}; drop the lake table (Lake.drop) and tier again")
+        raise LakeTableMismatchError(
+            f"lake table {'.'.join(table.name())} holds offsets of live table id "
+            f"{snap.table_id}, not {table_id}; drop the lake table (Lake.drop) and tier again"
+        )
     return snap
 
 
@@ -216,6 +248,8 @@ def _check_not_ahead(live: Table, starts: Mapping[Key, int], end: Mapping[Key, i
             if any(k[0] not in listed for k in ahead):
                 raise StalePlan(f"a partition of {live.path} was dropped or re-created during the round")
         shown = {(k if k[0] is not None else k[1]): found for k, found in ahead.items()}
-        raise LakeTableMismatchError(f"the lake of {live.path} has tiered offsets beyond the live log end "
-                                     f"(bucket: (lake, live) {shown}); was the live store replaced? Drop the lake "
-                                     "table (Lake.drop) and tier again")
+        raise LakeTableMismatchError(
+            f"the lake of {live.path} has tiered offsets beyond the live log end "
+            f"(bucket: (lake, live) {shown}); was the live store replaced? Drop the lake "
+            "table (Lake.drop) and tier again"
+        )

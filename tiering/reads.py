@@ -50,8 +50,13 @@ def _scan(lake: Lake, iceberg_table: Any, snapshot_id: int | None = None) -> pl.
     tasks = list(iceberg_table.scan(snapshot_id=snapshot_id).plan_files())
     if not tasks:
         return pl.LazyFrame(schema=schema)
-    options: dict[str, Any] = {"schema": schema, "missing_columns": "insert", "hive_partitioning": False,
-                               "glob": False, "storage_options": lake.storage_options() or None}
+    options: dict[str, Any] = {
+        "schema": schema,
+        "missing_columns": "insert",
+        "hive_partitioning": False,
+        "glob": False,
+        "storage_options": lake.storage_options() or None,
+    }
     plain = [t.file.file_path for t in tasks if not t.delete_files]
     frames = [pl.scan_parquet(plain, **options)] if plain else []
     with_deletes = [t for t in tasks if t.delete_files]
@@ -110,8 +115,10 @@ def read_history(lake: Lake, path: str | TablePath) -> pl.LazyFrame:
     """
     table = lake.load(path, "history")
     if table is None:
-        raise TableNotExistError(f"the lake has no history table for {TablePath.of(path)} (only primary-key tables "
-                                 "have one; tier the table first with tier_once)")
+        raise TableNotExistError(
+            f"the lake has no history table for {TablePath.of(path)} (only primary-key tables "
+            "have one; tier the table first with tier_once)"
+        )
     return _history(lake, table)
 
 
@@ -134,8 +141,9 @@ def partition_columns(iceberg_table: Any) -> list[str]:
     return [n for n in names if n != BUCKET]
 
 
-def union_read(live: Table, lake: Lake, *, columns: Sequence[str] | None = None,
-               system_columns: bool = False) -> pl.LazyFrame:
+def union_read(
+    live: Table, lake: Lake, *, columns: Sequence[str] | None = None, system_columns: bool = False
+) -> pl.LazyFrame:
     """The latest lake snapshot + the live log after its offsets: a complete, fresh view of `live`.
 
     Log tables: every row (the lake's, then the live tail). Primary-key tables: the current state. Columns have
@@ -164,8 +172,12 @@ def union_read(live: Table, lake: Lake, *, columns: Sequence[str] | None = None,
         iceberg_table = None
     now = live_offsets(live)
     end, earliest = now.end, now.earliest
-    lake_rows = _as_live(_scan(lake, iceberg_table, snap.snapshot_id) if iceberg_table is not None
-                         and snap.snapshot_id is not None else None, live)
+    lake_rows = _as_live(
+        _scan(lake, iceberg_table, snap.snapshot_id)
+        if iceberg_table is not None and snap.snapshot_id is not None
+        else None,
+        live,
+    )
     starts = {k: snap.start(k, now.ids.get(k[0])) for k in end}  # type: ignore[arg-type]
     if not live.is_primary_key_table:
         tail = _tail(now, {k: max(starts[k], earliest[k]) for k in end})
@@ -175,9 +187,11 @@ def union_read(live: Table, lake: Lake, *, columns: Sequence[str] | None = None,
     expired = {k for k in end if starts[k] < earliest[k]}  # the lake is behind what the live log retains
     tail = _tail(now, {k: (end[k] if k in expired else starts[k]) for k in end})
     upserts, touched = fold_changes(tail, pk)
-    current = lake_rows if lake_rows is not None else pl.LazyFrame(schema={**dtypes, BUCKET: pl.Int32,
-                                                                         OFFSET: pl.Int64,
-                                                                         TIMESTAMP: pl.Datetime("us", "UTC")})
+    current = (
+        lake_rows
+        if lake_rows is not None
+        else pl.LazyFrame(schema={**dtypes, BUCKET: pl.Int32, OFFSET: pl.Int64, TIMESTAMP: pl.Datetime("us", "UTC")})
+    )
     if expired:  # those buckets come from the live state, which is complete
         current = _without(current, expired, live)
     merged = apply_changes(current.select(*dtypes, *SYSTEM_COLUMNS), _tail_rows(upserts).lazy(), touched.lazy(), pk)
@@ -188,11 +202,19 @@ def union_read(live: Table, lake: Lake, *, columns: Sequence[str] | None = None,
 
 def _tail(now: LiveOffsets, starts: dict[tuple[str | None, int], int]) -> pl.DataFrame:
     """The live log from `starts` to the ends of every partition and bucket."""
-    frames = [log_reader(handle).scan_log(start_offsets=now.of(name, starts), end_offsets=now.of(name, now.end))
-              for name, handle in now.handles.items()]
+    frames = [
+        log_reader(handle).scan_log(start_offsets=now.of(name, starts), end_offsets=now.of(name, now.end))
+        for name, handle in now.handles.items()
+    ]
     if not frames:
-        return pl.DataFrame(schema={"_bucket": pl.Int32, "_offset": pl.Int64, "_change_type": pl.String,
-                                    "_commit_timestamp": pl.Datetime("ms", "UTC")})
+        return pl.DataFrame(
+            schema={
+                "_bucket": pl.Int32,
+                "_offset": pl.Int64,
+                "_change_type": pl.String,
+                "_commit_timestamp": pl.Datetime("ms", "UTC"),
+            }
+        )
     return pl.concat(frames, how="diagonal_relaxed")
 
 
@@ -201,8 +223,9 @@ def _without(current: pl.LazyFrame, keys: set[tuple[str | None, int]], live: Tab
     if not live.is_partitioned:
         return current.filter(~pl.col(BUCKET).is_in(sorted(b for _, b in keys)))
     named = with_partition_name(current, live.partition_keys, live.schema.polars_schema, column="__pname")
-    drop = pl.LazyFrame({"__pname": [p for p, _ in keys], BUCKET: [b for _, b in keys]},
-                        schema={"__pname": pl.String, BUCKET: pl.Int32})
+    drop = pl.LazyFrame(
+        {"__pname": [p for p, _ in keys], BUCKET: [b for _, b in keys]}, schema={"__pname": pl.String, BUCKET: pl.Int32}
+    )
     return named.join(drop, on=["__pname", BUCKET], how="anti").drop("__pname")
 
 
@@ -217,22 +240,37 @@ def _as_live(frame: pl.LazyFrame | None, live: Table) -> pl.LazyFrame | None:
 
 def _tail_rows(log: pl.DataFrame) -> pl.DataFrame:
     """Live log rows with the lake's system column names and types."""
-    return log.drop("_change_type").rename({"_bucket": BUCKET, "_offset": OFFSET, "_commit_timestamp": TIMESTAMP}) \
+    return (
+        log.drop("_change_type")
+        .rename({"_bucket": BUCKET, "_offset": OFFSET, "_commit_timestamp": TIMESTAMP})
         .with_columns(pl.col(TIMESTAMP).cast(pl.Datetime("us", "UTC")))
+    )
 
 
 def _live_state(now: LiveOffsets, keys: set[tuple[str | None, int]]) -> pl.LazyFrame:
     """Current rows of some buckets from the live state (their un-tiered log expired)."""
     frames = []
     for name, b in sorted(keys, key=lambda k: (k[0] or "", k[1])):
-        frames.append(now.handles[name].bucket_state(b).rows.with_columns(
-                pl.lit(b, pl.Int32).alias(BUCKET), pl.lit(-1, pl.Int64).alias(OFFSET),
-                pl.lit(-1000, pl.Int64).cast(pl.Datetime("us", "UTC")).alias(TIMESTAMP)))
+        frames.append(
+            now.handles[name]
+            .bucket_state(b)
+            .rows.with_columns(
+                pl.lit(b, pl.Int32).alias(BUCKET),
+                pl.lit(-1, pl.Int64).alias(OFFSET),
+                pl.lit(-1000, pl.Int64).cast(pl.Datetime("us", "UTC")).alias(TIMESTAMP),
+            )
+        )
     return pl.concat(frames, how="vertical_relaxed").lazy()
 
 
-def register_duckdb(con: Any, lake: Lake, connection: Connection | None = None, *,
-                    tables: Sequence[str | TablePath] | None = None, union: bool = True) -> list[str]:
+def register_duckdb(
+    con: Any,
+    lake: Lake,
+    connection: Connection | None = None,
+    *,
+    tables: Sequence[str | TablePath] | None = None,
+    union: bool = True,
+) -> list[str]:
     """Register lake tables (union reads when `connection` is given and `union`) as DuckDB views ``db.table``,
     and primary-key histories as ``db."table__history"``; returns the view names.
 
@@ -254,8 +292,12 @@ def register_duckdb(con: Any, lake: Lake, connection: Connection | None = None, 
     [(6,)]
     """
     if tables is None:
-        tables = [TablePath(ns[0], name) for ns in lake.catalog.list_namespaces()
-                  for _, name in lake.catalog.list_tables(ns) if not name.endswith("__history")]
+        tables = [
+            TablePath(ns[0], name)
+            for ns in lake.catalog.list_namespaces()
+            for _, name in lake.catalog.list_tables(ns)
+            if not name.endswith("__history")
+        ]
     views = []
     for path in map(TablePath.of, tables):
         frames = {}

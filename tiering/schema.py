@@ -14,12 +14,19 @@ from typing import Any, Literal
 import polars as pl
 import pyarrow as pa
 
-from fluss_lake.metadata.partition import partition_name_of
 from fluss_lake.exceptions import LakeTableMismatchError
+from fluss_lake.metadata.partition import partition_name_of
 from fluss_lake.metadata.schema import Schema
 
-__all__ = ["HISTORY_COLUMNS", "SYSTEM_COLUMNS", "LakeKind", "arrow_type", "file_key", "lake_arrow_schema",
-           "to_lake_rows"]
+__all__ = [
+    "HISTORY_COLUMNS",
+    "SYSTEM_COLUMNS",
+    "LakeKind",
+    "arrow_type",
+    "file_key",
+    "lake_arrow_schema",
+    "to_lake_rows",
+]
 
 LakeKind = Literal["log", "primary-key", "history"]
 
@@ -34,9 +41,16 @@ def arrow_type(dtype: pl.DataType) -> pa.DataType:
     """The Arrow type Iceberg stores for a live column type (TINYINT/SMALLINT widen to int, times to micros)."""
     if dtype in (pl.Int8(), pl.Int16(), pl.Int32()):
         return pa.int32()
-    simple = {pl.Int64(): pa.int64(), pl.Float32(): pa.float32(), pl.Float64(): pa.float64(),
-              pl.Boolean(): pa.bool_(), pl.String(): pa.string(), pl.Binary(): pa.binary(), pl.Date(): pa.date32(),
-              pl.Time(): pa.time64("us")}
+    simple = {
+        pl.Int64(): pa.int64(),
+        pl.Float32(): pa.float32(),
+        pl.Float64(): pa.float64(),
+        pl.Boolean(): pa.bool_(),
+        pl.String(): pa.string(),
+        pl.Binary(): pa.binary(),
+        pl.Date(): pa.date32(),
+        pl.Time(): pa.time64("us"),
+    }
     if dtype in simple:
         return simple[dtype]
     if isinstance(dtype, pl.Datetime):
@@ -47,8 +61,10 @@ def arrow_type(dtype: pl.DataType) -> pa.DataType:
         return pa.list_(arrow_type(dtype.inner))
     if isinstance(dtype, pl.Struct):
         return pa.struct([pa.field(f.name, arrow_type(f.dtype)) for f in dtype.fields])
-    raise LakeTableMismatchError(f"column type {dtype} has no Iceberg mapping; use a Fluss type (INT, BIGINT, "
-                                 "STRING, DECIMAL, TIMESTAMP_LTZ, ARRAY, ROW, ...)")
+    raise LakeTableMismatchError(
+        f"column type {dtype} has no Iceberg mapping; use a Fluss type (INT, BIGINT, "
+        "STRING, DECIMAL, TIMESTAMP_LTZ, ARRAY, ROW, ...)"
+    )
 
 
 def lake_arrow_schema(schema: Schema, kind: LakeKind) -> pa.Schema:
@@ -64,8 +80,11 @@ def lake_arrow_schema(schema: Schema, kind: LakeKind) -> pa.Schema:
     fields = [pa.field(c.name, arrow_type(c.dtype), nullable=c.nullable) for c in schema.columns]
     if kind == "history":
         fields.append(pa.field(CHANGE_TYPE, pa.string(), nullable=False))
-    fields += [pa.field(BUCKET, pa.int32(), nullable=False), pa.field(OFFSET, pa.int64(), nullable=False),
-               pa.field(TIMESTAMP, _TIMESTAMP_TYPE, nullable=False)]
+    fields += [
+        pa.field(BUCKET, pa.int32(), nullable=False),
+        pa.field(OFFSET, pa.int64(), nullable=False),
+        pa.field(TIMESTAMP, _TIMESTAMP_TYPE, nullable=False),
+    ]
     return pa.schema(fields)
 
 
@@ -93,8 +112,9 @@ def system_names(kind: LakeKind) -> Sequence[str]:
     return HISTORY_COLUMNS if kind == "history" else SYSTEM_COLUMNS
 
 
-def file_key(iceberg_table: Any, data_file: Any, live_schema: Schema,
-             partition_keys: Sequence[str]) -> tuple[str | None, int]:
+def file_key(
+    iceberg_table: Any, data_file: Any, live_schema: Schema, partition_keys: Sequence[str]
+) -> tuple[str | None, int]:
     """``(Fluss partition name or None, bucket)`` of a lake data file, from its identity partition values."""
     spec = iceberg_table.specs()[data_file.spec_id]
     names = [iceberg_table.schema().find_field(f.source_id).name for f in spec.fields]

@@ -52,7 +52,10 @@ class TableLag:
 def lake_enabled(live: Table) -> bool:
     """Whether ``table.datalake.enabled`` is true and the format is Iceberg (or unset)."""
     options = live.info.options
-    return options.get(opt.DATALAKE_ENABLED, "false") == "true" and options.get(opt.DATALAKE_FORMAT, "iceberg") == "iceberg"
+    return (
+        options.get(opt.DATALAKE_ENABLED, "false") == "true"
+        and options.get(opt.DATALAKE_FORMAT, "iceberg") == "iceberg"
+    )
 
 
 def freshness_ms(live: Table) -> int:
@@ -88,16 +91,23 @@ def _resolve(connection: Connection, tables: Sequence[str | TablePath] | None) -
     for path in [TablePath.of(t) for t in tables]:
         live = connection.get_table(path)
         if not lake_enabled(live):
-            raise InvalidConfigError(f"{path} is not enabled for the lake; alter it with set_options="
-                                     "{'table.datalake.enabled': True} (and table.datalake.format 'iceberg' or unset)")
+            raise InvalidConfigError(
+                f"{path} is not enabled for the lake; alter it with set_options="
+                "{'table.datalake.enabled': True} (and table.datalake.format 'iceberg' or unset)"
+            )
         found.append(live)
     return found
 
 
-def tier_once(connection: Connection, lake: Lake | None = None, *, tables: Sequence[str | TablePath] | None = None,
-              on_report: Callable[[TableTieringReport], None] | None = None,
-              expire_partitions: bool = False,
-              compaction: CompactionPolicy | None = DEFAULT_COMPACTION) -> list[TableTieringReport]:
+def tier_once(
+    connection: Connection,
+    lake: Lake | None = None,
+    *,
+    tables: Sequence[str | TablePath] | None = None,
+    on_report: Callable[[TableTieringReport], None] | None = None,
+    expire_partitions: bool = False,
+    compaction: CompactionPolicy | None = DEFAULT_COMPACTION,
+) -> list[TableTieringReport]:
     """One tiering round over the lake-enabled tables (or the given ones); returns one report per table.
 
     `expire_partitions`: also delete the lake data of partitions dropped live (default: the lake keeps it).
@@ -180,11 +190,16 @@ class TieringService:
     0
     """
 
-    def __init__(self, connection: Connection, lake: Lake | None = None, *,
-                 tables: Sequence[str | TablePath] | None = None,
-                 on_report: Callable[[TableTieringReport | Exception], None] | None = None,
-                 expire_partitions: bool = False,
-                 compaction: CompactionPolicy | None = DEFAULT_COMPACTION) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        lake: Lake | None = None,
+        *,
+        tables: Sequence[str | TablePath] | None = None,
+        on_report: Callable[[TableTieringReport | Exception], None] | None = None,
+        expire_partitions: bool = False,
+        compaction: CompactionPolicy | None = DEFAULT_COMPACTION,
+    ) -> None:
         self.connection = connection
         self.expire_partitions = expire_partitions
         self.compaction = compaction
@@ -284,8 +299,13 @@ class TieringService:
         targets = {live.path: live_offsets(live) for live in self._tables()}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if all(all(self.lake.snapshot(p).start(k, now.ids.get(k[0])) >= o  # type: ignore[arg-type]
-                       for k, o in now.end.items()) for p, now in targets.items()):
+            if all(
+                all(
+                    self.lake.snapshot(p).start(k, now.ids.get(k[0])) >= o  # type: ignore[arg-type]
+                    for k, o in now.end.items()
+                )
+                for p, now in targets.items()
+            ):
                 return True
             time.sleep(poll_s)
         return False

@@ -127,8 +127,11 @@ class StateIndex:
 
         found = {m.manifest_path: self._entries.get(m.manifest_path) for m in manifests}
         missing = [m for m in manifests if found[m.manifest_path] is None]
-        for m, read in zip(missing, ExecutorFactory.get_or_create().map(
-                lambda m: m.fetch_manifest_entry(io, discard_deleted=True), missing), strict=True):
+        for m, read in zip(
+            missing,
+            ExecutorFactory.get_or_create().map(lambda m: m.fetch_manifest_entry(io, discard_deleted=True), missing),
+            strict=True,
+        ):
             found[m.manifest_path] = read
             with self._lock:
                 self._entries[m.manifest_path] = read
@@ -136,8 +139,9 @@ class StateIndex:
                     self._entries.popitem(last=False)
         return [e for m in manifests for e in found[m.manifest_path]]  # type: ignore[union-attr]
 
-    def live_positions(self, table: IcebergTable, tasks: Sequence[Any], keys: pl.DataFrame,
-                       primary_key: Sequence[str]) -> pl.DataFrame:
+    def live_positions(
+        self, table: IcebergTable, tasks: Sequence[Any], keys: pl.DataFrame, primary_key: Sequence[str]
+    ) -> pl.DataFrame:
         """``file_path, pos`` of the live rows (not deleted yet) of `keys` in the data files of `tasks`.
 
         `keys` holds primary-key columns typed as in the lake. Reads only key columns and delete files.
@@ -147,13 +151,21 @@ class StateIndex:
             return empty
         files = [t.file for t in tasks]
         frames = self.keys(table, files, primary_key)
-        indexed = pl.concat([frame.with_columns(pl.lit(i, pl.Int32).alias(FILE),
-                                                pl.int_range(frame.height, dtype=pl.Int64).alias(POS))
-                             for i, frame in enumerate(frames)], how="vertical_relaxed")
+        indexed = pl.concat(
+            [
+                frame.with_columns(
+                    pl.lit(i, pl.Int32).alias(FILE), pl.int_range(frame.height, dtype=pl.Int64).alias(POS)
+                )
+                for i, frame in enumerate(frames)
+            ],
+            how="vertical_relaxed",
+        )
         hits = indexed.join(keys, on=list(primary_key), how="semi", nulls_equal=True).select(FILE, POS)
         if not hits.height:
             return empty
-        paths = pl.DataFrame({FILE: pl.Series(range(len(files)), dtype=pl.Int32), "file_path": [f.file_path for f in files]})
+        paths = pl.DataFrame(
+            {FILE: pl.Series(range(len(files)), dtype=pl.Int32), "file_path": [f.file_path for f in files]}
+        )
         hits = hits.join(paths, on=FILE).select("file_path", pl.col(POS).alias("pos"))
         delete_files = list({d.file_path: d for t in tasks for d in t.delete_files}.values())
         if delete_files:

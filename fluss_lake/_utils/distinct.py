@@ -17,8 +17,9 @@ import polars as pl
 __all__ = ["distinct"]
 
 
-def distinct(frame: pl.DataFrame, subset: Sequence[str] | None = None, *,
-             keep: Literal["first", "last", "any"] = "first") -> pl.DataFrame:
+def distinct(
+    frame: pl.DataFrame, subset: Sequence[str] | None = None, *, keep: Literal["first", "last", "any"] = "first"
+) -> pl.DataFrame:
     """The rows of `frame` whose `subset` columns (default: all) are distinct, keeping each key's first or last
     row (``any``: first); row order is kept.
 

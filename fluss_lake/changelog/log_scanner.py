@@ -33,9 +33,14 @@ __all__ = ["LogScanner", "scan_log", "per_partition"]
 PARTITION_COLUMN = "_partition"
 
 
-def per_partition(runtime: TableRuntime, read: Callable[..., pl.DataFrame], *,
-                  start_offsets: Mapping | None = None, end_offsets: Mapping | None = None,
-                  **kwargs: Any) -> pl.DataFrame:
+def per_partition(
+    runtime: TableRuntime,
+    read: Callable[..., pl.DataFrame],
+    *,
+    start_offsets: Mapping | None = None,
+    end_offsets: Mapping | None = None,
+    **kwargs: Any,
+) -> pl.DataFrame:
     """One read over every partition of a whole partitioned table, with a leading ``_partition`` column.
 
     `read(tablets, start_offsets=..., end_offsets=..., **kwargs)` reads one partition; offsets given as
@@ -104,14 +109,21 @@ class LogScanner:
     0
     """
 
-    def __init__(self, runtime: TableRuntime, partition: PartitionInfo | None = None, *,
-                 columns: Sequence[str] | None = None, filters: Filters | None = None,
-                 change_types: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        runtime: TableRuntime,
+        partition: PartitionInfo | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+        filters: Filters | None = None,
+        change_types: Sequence[str] | None = None,
+    ) -> None:
         self.runtime = runtime
         self._partitioned = partition is None and runtime.is_partitioned
         self._source = None if self._partitioned else runtime.tablets(partition)
-        self.columns = check_columns(runtime.tablets(partition) if not self._partitioned else _NoPartition(runtime),
-                                     columns)
+        self.columns = check_columns(
+            runtime.tablets(partition) if not self._partitioned else _NoPartition(runtime), columns
+        )
         self.groups = normalize_filters(filters, runtime.schema.polars_schema)
         self.kinds = check_change_types(change_types)
         self.positions: dict = {}
@@ -125,8 +137,9 @@ class LogScanner:
             check_bucket(self._source, bucket)
             return self._source, bucket
         if not (isinstance(bucket, tuple) and len(bucket) == 2):
-            raise InvalidConfigError(f"{self.runtime.info.path} is partitioned: name buckets as (partition name, "
-                                     f"bucket), not {bucket!r}")
+            raise InvalidConfigError(
+                f"{self.runtime.info.path} is partitioned: name buckets as (partition name, bucket), not {bucket!r}"
+            )
         name, number = bucket
         handle = self._handles.get(name)
         if handle is None:
@@ -198,8 +211,9 @@ class LogScanner:
                 if end > start:
                     read = read_range(handle, bucket, start, end, self.columns, self.groups, needed, self.kinds)
                     if self._partitioned:
-                        read = [f.select(pl.lit(key[0], dtype=pl.String).alias(PARTITION_COLUMN), pl.all())
-                                for f in read]
+                        read = [
+                            f.select(pl.lit(key[0], dtype=pl.String).alias(PARTITION_COLUMN), pl.all()) for f in read
+                        ]
                     frames += read
                     self.positions[key] = end
             if frames:

@@ -27,18 +27,25 @@ def changelog(runtime: TableRuntime, partition: PartitionInfo | None, **options:
 def binlog(runtime: TableRuntime, partition: PartitionInfo | None, **options: Any) -> pl.DataFrame:
     """The ``$binlog`` view of a handle of a primary-key table (per partition as :func:`changelog`)."""
     if not runtime.info.is_primary_key_table:
-        raise UnsupportedOperationError(f"$binlog needs a primary-key table; {runtime.info.path} is a log table "
-                                        "(use changelog())")
+        raise UnsupportedOperationError(
+            f"$binlog needs a primary-key table; {runtime.info.path} is a log table (use changelog())"
+        )
     if partition is None and runtime.is_partitioned:
         return per_partition(runtime, binlog_view, **options)
     return binlog_view(runtime.tablets(partition), **options)
 
+
 _CHANGELOG_NAMES = {"+A": "insert", "+I": "insert", "-U": "update_before", "+U": "update_after", "-D": "delete"}
 
 
-def changelog_view(source: LogSource, *, start_offsets: Mapping[int, int] | None = None,
-                   end_offsets: Mapping[int, int] | None = None, start_timestamp: int | None = None,
-                   with_bucket: bool = False) -> pl.DataFrame:
+def changelog_view(
+    source: LogSource,
+    *,
+    start_offsets: Mapping[int, int] | None = None,
+    end_offsets: Mapping[int, int] | None = None,
+    start_timestamp: int | None = None,
+    with_bucket: bool = False,
+) -> pl.DataFrame:
     """``_change_type`` (insert/update_before/update_after/delete), ``_log_offset``, ``_commit_timestamp``, columns.
 
     Examples
@@ -62,9 +69,14 @@ def changelog_view(source: LogSource, *, start_offsets: Mapping[int, int] | None
     return view
 
 
-def binlog_view(source: LogSource, *, start_offsets: Mapping[int, int] | None = None,
-                end_offsets: Mapping[int, int] | None = None, start_timestamp: int | None = None,
-                with_bucket: bool = False) -> pl.DataFrame:
+def binlog_view(
+    source: LogSource,
+    *,
+    start_offsets: Mapping[int, int] | None = None,
+    end_offsets: Mapping[int, int] | None = None,
+    start_timestamp: int | None = None,
+    with_bucket: bool = False,
+) -> pl.DataFrame:
     """``_change_type`` (insert/update/delete), ``_log_offset``, ``_commit_timestamp``, ``before``, ``after``.
 
     A ``-U`` and the ``+U`` after it become one ``update`` row carrying the ``-U``'s offset and timestamp
@@ -82,17 +94,27 @@ def binlog_view(source: LogSource, *, start_offsets: Mapping[int, int] | None = 
     orphan = frame.filter((pl.col("ct") == "+U") & (pl.col("prev_ct") != "-U").fill_null(True))
     broken = frame.filter((pl.col("ct") == "-U") & (pl.col("next_ct") != "+U").fill_null(True))
     if orphan.height or broken.height:
-        raise CorruptDataError("$binlog needs -U/+U pairs; this table's changelog has unpaired update "
-                               "records (table.changelog.image='WAL' drops -U), read changelog() instead")
+        raise CorruptDataError(
+            "$binlog needs -U/+U pairs; this table's changelog has unpaired update "
+            "records (table.changelog.image='WAL' drops -U), read changelog() instead"
+        )
     null_row = pl.lit(None, dtype=frame.schema["__row"])
     out = frame.filter(pl.col("ct") != "+U").select(
-        pl.when(pl.col("ct") == "-D").then(pl.lit("delete")).when(pl.col("ct") == "-U").then(pl.lit("update"))
-        .otherwise(pl.lit("insert")).alias("_change_type"),
+        pl.when(pl.col("ct") == "-D")
+        .then(pl.lit("delete"))
+        .when(pl.col("ct") == "-U")
+        .then(pl.lit("update"))
+        .otherwise(pl.lit("insert"))
+        .alias("_change_type"),
         pl.col("_offset").alias("_log_offset"),
         pl.col("_commit_timestamp"),
         pl.when(pl.col("ct").is_in(["-U", "-D"])).then(pl.col("__row")).otherwise(null_row).alias("before"),
-        pl.when(pl.col("ct") == "-U").then(pl.col("next_row")).when(pl.col("ct") == "-D").then(null_row)
-        .otherwise(pl.col("__row")).alias("after"),
+        pl.when(pl.col("ct") == "-U")
+        .then(pl.col("next_row"))
+        .when(pl.col("ct") == "-D")
+        .then(null_row)
+        .otherwise(pl.col("__row"))
+        .alias("after"),
         *([pl.col("_bucket")] if with_bucket else []),
     )
     return out

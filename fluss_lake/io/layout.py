@@ -26,9 +26,24 @@ Examples
 
 from __future__ import annotations
 
-__all__ = ["DATABASE_MARKER", "database_marker", "table_root", "meta_folder", "meta_key", "meta_version",
-           "table_data", "table_marker", "partitions_folder", "partition_record", "partition_data",
-           "partition_marker", "log_prefix", "kv_prefix", "jobs_root", "job_prefix"]
+__all__ = [
+    "DATABASE_MARKER",
+    "database_marker",
+    "table_root",
+    "meta_folder",
+    "meta_key",
+    "meta_version",
+    "table_data",
+    "table_marker",
+    "partitions_folder",
+    "partition_record",
+    "partition_data",
+    "partition_marker",
+    "log_prefix",
+    "kv_prefix",
+    "jobs_root",
+    "job_prefix",
+]
 
 DATABASE_MARKER = "_database.json"
 _META = "_meta"

@@ -50,8 +50,6 @@ _TMP_PREFIX = ".tmp-"
 _datasync = getattr(os, "fdatasync", os.fsync)
 
 
-
-
 class LocalStore:
     """A local folder: the embedded default."""
 
@@ -162,20 +160,46 @@ class LocalStore:
 
 
 #: Exception class names (botocore, aiohttp, s3fs/fsspec, builtins) that mean the endpoint did not answer.
-_UNAVAILABLE_NAMES = ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError", "ConnectionClosedError",
-                      "ServerDisconnectedError", "ClientConnectorError", "ClientOSError", "TimeoutError",
-                      "FSTimeoutError")
+_UNAVAILABLE_NAMES = (
+    "EndpointConnectionError",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "ConnectionClosedError",
+    "ServerDisconnectedError",
+    "ClientConnectorError",
+    "ClientOSError",
+    "TimeoutError",
+    "FSTimeoutError",
+)
 #: S3 error codes that mean "the service is overloaded or failed; the same request may succeed later".
-_UNAVAILABLE_CODES = frozenset({"InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout",
-                                "RequestTimeoutException", "Throttling", "ThrottlingException",
-                                "500", "502", "503", "504"})
+_UNAVAILABLE_CODES = frozenset(
+    {
+        "InternalError",
+        "ServiceUnavailable",
+        "SlowDown",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "Throttling",
+        "ThrottlingException",
+        "500",
+        "502",
+        "503",
+        "504",
+    }
+)
 #: HTTP client libraries whose connection, endpoint and timeout errors (by class name) mean "no answer".
 _CLIENT_MODULES = ("botocore", "aiobotocore", "aiohttp", "urllib3")
 _CLIENT_NAME_PARTS = ("Connect", "Timeout", "Endpoint")
 _UNAVAILABLE_ERRNOS = frozenset({errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT})
 #: What OSErrors of pyarrow's S3 filesystem (AWS SDK over curl) and of sockets say when the endpoint is gone.
-_UNAVAILABLE_MESSAGES = ("NETWORK_CONNECTION", "Could not connect", "timed out", "Connection refused",
-                         "Connection reset", "curlCode")
+_UNAVAILABLE_MESSAGES = (
+    "NETWORK_CONNECTION",
+    "Could not connect",
+    "timed out",
+    "Connection refused",
+    "Connection reset",
+    "curlCode",
+)
 
 
 def is_storage_unavailable(exc: BaseException | None) -> bool:
@@ -219,8 +243,9 @@ def _says_unavailable(exc: BaseException) -> bool:
         return True
     if module.startswith(_CLIENT_MODULES) and any(part in name for part in _CLIENT_NAME_PARTS):
         return True
-    if isinstance(exc, OSError) and (exc.errno in _UNAVAILABLE_ERRNOS
-                                     or any(text in str(exc) for text in _UNAVAILABLE_MESSAGES)):
+    if isinstance(exc, OSError) and (
+        exc.errno in _UNAVAILABLE_ERRNOS or any(text in str(exc) for text in _UNAVAILABLE_MESSAGES)
+    ):
         return True
     response = getattr(exc, "response", None)  # botocore ClientError: a 5xx or throttling answer
     if isinstance(response, Mapping):
@@ -270,8 +295,10 @@ class FsspecStore:
         protocols = {self.fs.protocol} if isinstance(self.fs.protocol, str) else set(self.fs.protocol)
         self._in_process = bool(protocols & _IN_PROCESS_PROTOCOLS)
         if not protocols & (_ATOMIC_CREATE_PROTOCOLS | _IN_PROCESS_PROTOCOLS):
-            raise StorageError(f"{self.url}: fsspec protocol {sorted(protocols)} has no atomic create-if-absent, so "
-                               "two writers could both commit the same log offset; use a local folder or s3://")
+            raise StorageError(
+                f"{self.url}: fsspec protocol {sorted(protocols)} has no atomic create-if-absent, so "
+                "two writers could both commit the same log offset; use a local folder or s3://"
+            )
         self._patched_client: Any = None
 
     def _path(self, key: str) -> str:
@@ -292,8 +319,9 @@ class FsspecStore:
             client = self.fs._s3
         if client is not self._patched_client:
             try:
-                client.meta.events.register("before-send.s3", _drop_expect_100_continue,
-                                            unique_id="fluss-lake-no-expect-100-continue")
+                client.meta.events.register(
+                    "before-send.s3", _drop_expect_100_continue, unique_id="fluss-lake-no-expect-100-continue"
+                )
             except AttributeError:  # a client without botocore events: the call deadline still bounds a hang
                 pass
             self._patched_client = client
@@ -321,18 +349,23 @@ class FsspecStore:
             return fn()
         except FileNotFoundError as exc:
             if what in ("create", "write"):  # the object cannot be missing: the bucket or container is
-                raise StorageError(f"storage at {self.url} failed to {what} {key!r}: {exc!r} (does the bucket "
-                                   "exist?)") from exc
+                raise StorageError(
+                    f"storage at {self.url} failed to {what} {key!r}: {exc!r} (does the bucket exist?)"
+                ) from exc
             raise
         except (FileExistsError, StorageError):
             raise
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:
             if is_storage_unavailable(exc):
-                outcome = ("the request may or may not have reached the store; re-read before relying on either"
-                           if what in _WRITES else "nothing was changed")
+                outcome = (
+                    "the request may or may not have reached the store; re-read before relying on either"
+                    if what in _WRITES
+                    else "nothing was changed"
+                )
                 raise StorageUnavailableError(
                     f"storage at {self.url} did not answer while trying to {what} {key!r} ({type(exc).__name__}); "
-                    f"{outcome}; retry when the endpoint is back") from exc
+                    f"{outcome}; retry when the endpoint is back"
+                ) from exc
             raise StorageError(f"storage at {self.url} failed to {what} {key!r}: {exc}") from exc
 
     # ------------------------------------------------------------ objects
@@ -361,6 +394,7 @@ class FsspecStore:
                     return bool(self._run("metadata", path).get(_PUT_ID) == put_id)
                 except FileNotFoundError:
                     return False
+
         return self._call("create", key, create)
 
     def put(self, key: str, data: bytes) -> None:
@@ -373,31 +407,37 @@ class FsspecStore:
 
     def exists(self, key: str) -> bool:
         """Whether the object exists (fresh answer, no listing cache)."""
+
         def check() -> bool:
             try:
                 self._run("info", self._path(key), refresh=True)
                 return True
             except FileNotFoundError:
                 return False
+
         return self._call("check", key, check)
 
     def list(self, prefix: str) -> list[str]:
         """Names directly under `prefix`, sorted."""
+
         def ls() -> list[str]:
             try:
                 entries = self._run("ls", self._path(prefix), detail=False, refresh=True)
             except FileNotFoundError:
                 return []
             return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
+
         return self._call("list", prefix, ls)
 
     def delete(self, key: str) -> None:
         """Remove an object if present."""
+
         def rm() -> None:
             try:
                 self._run("rm_file", self._path(key))
             except FileNotFoundError:
                 pass
+
         self._call("delete", key, rm)
 
     def collect_temp(self, prefix: str, older_than_s: float) -> int:
@@ -406,11 +446,13 @@ class FsspecStore:
 
     def delete_prefix(self, prefix: str) -> None:
         """Remove everything under `prefix`."""
+
         def rm() -> None:
             try:
                 self._run("rm", self._path(prefix), recursive=True)
             except FileNotFoundError:
                 pass
+
         self._call("delete", prefix, rm)
 
 
@@ -420,5 +462,5 @@ def open_store(url: str | os.PathLike, storage_options: Mapping[str, Any] | None
     if "://" not in text:
         return LocalStore(text)
     if text.startswith("file://"):
-        return LocalStore(text[len("file://"):])
+        return LocalStore(text[len("file://") :])
     return FsspecStore(text, storage_options)

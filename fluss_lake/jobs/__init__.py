@@ -12,5 +12,16 @@ from fluss_lake.jobs.join_plan import Explanation, Join
 from fluss_lake.jobs.lookup_join import LookupCache, LookupJoin
 from fluss_lake.jobs.stateful_join import StatefulJoin
 
-__all__ = ["Aggregation", "DeltaJoin", "Explanation", "Job", "JobReport", "Join", "LookupCache", "LookupJoin",
-           "StatefulJoin", "explain_join", "join"]
+__all__ = [
+    "Aggregation",
+    "DeltaJoin",
+    "Explanation",
+    "Job",
+    "JobReport",
+    "Join",
+    "LookupCache",
+    "LookupJoin",
+    "StatefulJoin",
+    "explain_join",
+    "join",
+]

@@ -62,10 +62,13 @@ def begin_step(job: Job, sink: Table, until: Mapping[str, Mapping[Key, int]]) ->
             continue
         if part.partition_info is not None:
             ids[part.partition_name] = part.partition_info.partition_id  # type: ignore[index]
-    step = {"step": job.checkpoint.number + 1,
-            "until": {a: _encode(offs) for a, offs in until.items()},
-            "marks": _encode(marks), "mark_ids": ids,
-            "input_ids": {a: job.checkpoint.partitions.get(a, {}) for a in until}}
+    step = {
+        "step": job.checkpoint.number + 1,
+        "until": {a: _encode(offs) for a, offs in until.items()},
+        "marks": _encode(marks),
+        "mark_ids": ids,
+        "input_ids": {a: job.checkpoint.partitions.get(a, {}) for a in until},
+    }
     job._advance({}, extra={**job.checkpoint.extra, _PENDING: step})
     job._save()
     return step

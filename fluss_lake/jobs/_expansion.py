@@ -51,12 +51,12 @@ def expand(plan: JoinPlan, seed_alias: str, seeds: pl.DataFrame, fetch: Fetch, *
             keys.columns = list(probe)
             fetched = plan.qualify(v, fetch(v, probe, keys))
             how = "left" if down and edge.how == "left" else "inner"
-            tuples = tuples.join(fetched, left_on=u_cols, right_on=[f"{v}.{c}" for c in probe], how=how,
-                                 coalesce=False)
+            tuples = tuples.join(fetched, left_on=u_cols, right_on=[f"{v}.{c}" for c in probe], how=how, coalesce=False)
             if how == "left":
                 tuples = tuples.with_columns(pl.col(f"{v}.{LIVE}").fill_null(False))
-            extra = [pl.col(f"{u}.{edge.partner(v, c)}") == pl.col(f"{v}.{c}")
-                     for c in _side_cols(edge, v) if c not in probe]
+            extra = [
+                pl.col(f"{u}.{edge.partner(v, c)}") == pl.col(f"{v}.{c}") for c in _side_cols(edge, v) if c not in probe
+            ]
             if v in lefts:
                 left_gates.setdefault(v, []).extend(extra)
             else:
@@ -75,8 +75,11 @@ def expand(plan: JoinPlan, seed_alias: str, seeds: pl.DataFrame, fetch: Fetch, *
         for extra in left_gates.get(alias, []):
             match = match & extra
         match = match.fill_null(False)
-        columns += [pl.when(match).then(pl.col(c)).otherwise(None).alias(c)
-                    for c in tuples.columns if c.startswith(f"{alias}.") and c != f"{alias}.{LIVE}"]
+        columns += [
+            pl.when(match).then(pl.col(c)).otherwise(None).alias(c)
+            for c in tuples.columns
+            if c.startswith(f"{alias}.") and c != f"{alias}.{LIVE}"
+        ]
     return tuples.with_columns(gate.fill_null(False).alias(TUPLE_LIVE)).with_columns(columns)
 
 
@@ -102,8 +105,9 @@ def project(plan: JoinPlan, tuples: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
     return rows, keys
 
 
-def emit(plan: JoinPlan, tuples: pl.DataFrame | list[tuple[pl.DataFrame, pl.DataFrame]],
-         exclude: pl.DataFrame | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+def emit(
+    plan: JoinPlan, tuples: pl.DataFrame | list[tuple[pl.DataFrame, pl.DataFrame]], exclude: pl.DataFrame | None = None
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(result rows to upsert, result keys to delete) for the tuples of one batch of changes (a frame, or the
     :func:`project` parts of several).
 

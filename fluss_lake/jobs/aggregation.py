@@ -18,7 +18,6 @@ import polars as pl
 
 from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError
-from fluss_lake.kv.merge import MergeSpec
 from fluss_lake.jobs._exactly_once import (
     begin_step,
     finish_step,
@@ -27,16 +26,22 @@ from fluss_lake.jobs._exactly_once import (
     write_once,
 )
 from fluss_lake.jobs.job import Job, JobReport, default_job_name
+from fluss_lake.kv.merge import MergeSpec
 from fluss_lake.table import Table
-
 
 __all__ = ["AGG_FUNCTIONS", "Aggregation"]
 
 #: partial function -> the result table's ``fields.<col>.agg`` functions that combine partials correctly
 AGG_FUNCTIONS: dict[str, tuple[str, ...]] = {
-    "count": ("sum",), "sum": ("sum",), "max": ("max",), "min": ("min",), "product": ("product",),
-    "last_value": ("last_value", "last_value_ignore_nulls"), "first_value": ("first_value", "first_value_ignore_nulls"),
-    "bool_and": ("bool_and",), "bool_or": ("bool_or",),
+    "count": ("sum",),
+    "sum": ("sum",),
+    "max": ("max",),
+    "min": ("min",),
+    "product": ("product",),
+    "last_value": ("last_value", "last_value_ignore_nulls"),
+    "first_value": ("first_value", "first_value_ignore_nulls"),
+    "bool_and": ("bool_and",),
+    "bool_or": ("bool_or",),
 }
 _RETRACTABLE = {"count", "sum"}
 
@@ -66,47 +71,73 @@ class Aggregation(Job):
 
     kind = "aggregation"
 
-    def __init__(self, source: Table, result: Table, *, group_by: Sequence[str] | Mapping[str, str],
-                 aggregates: Mapping[str, tuple[str, str | None]], where: pl.Expr | None = None,
-                 name: str | None = None, batch_rows: int = 1_000_000, start: str = "earliest") -> None:
+    def __init__(
+        self,
+        source: Table,
+        result: Table,
+        *,
+        group_by: Sequence[str] | Mapping[str, str],
+        aggregates: Mapping[str, tuple[str, str | None]],
+        where: pl.Expr | None = None,
+        name: str | None = None,
+        batch_rows: int = 1_000_000,
+        start: str = "earliest",
+    ) -> None:
         self.source, self.result, self.where = source, result, where
         self.group_by = dict(group_by) if isinstance(group_by, Mapping) else {c: c for c in group_by}
         self.aggregates = {c: (str(f).lower(), s) for c, (f, s) in aggregates.items()}
         self._validate()
-        super().__init__(result.connection, name or default_job_name(self.kind, result, "aggregation"),
-                         {"source": source}, batch_rows=batch_rows, start=start)
+        super().__init__(
+            result.connection,
+            name or default_job_name(self.kind, result, "aggregation"),
+            {"source": source},
+            batch_rows=batch_rows,
+            start=start,
+        )
 
     def _validate(self) -> None:
         result, source = self.result, self.source
         if result.info.options.get(opt.MERGE_ENGINE) != "aggregation":
-            raise InvalidConfigError(f"result table {result.path} needs table.merge-engine='aggregation' (it stores "
-                                     "the totals; the job only writes partial aggregates)")
+            raise InvalidConfigError(
+                f"result table {result.path} needs table.merge-engine='aggregation' (it stores "
+                "the totals; the job only writes partial aggregates)"
+            )
         if set(result.schema.primary_key) != set(self.group_by):
-            raise InvalidConfigError(f"group_by {list(self.group_by)} must be exactly the primary key "
-                                     f"{list(result.schema.primary_key)} of {result.path}")
+            raise InvalidConfigError(
+                f"group_by {list(self.group_by)} must be exactly the primary key "
+                f"{list(result.schema.primary_key)} of {result.path}"
+            )
         specs = MergeSpec.of(result.info).aggregations
         retracting = source.is_primary_key_table and source.info.options.get(opt.MERGE_ENGINE) != "first_row"
         for column, (function, src) in self.aggregates.items():
             if function not in AGG_FUNCTIONS:
-                raise InvalidConfigError(f"aggregate {column!r}: unknown function {function!r}; use one of "
-                                         f"{sorted(AGG_FUNCTIONS)}")
+                raise InvalidConfigError(
+                    f"aggregate {column!r}: unknown function {function!r}; use one of {sorted(AGG_FUNCTIONS)}"
+                )
             if column not in specs:
                 raise InvalidConfigError(f"aggregate {column!r} is not a value column of {result.path}")
             if specs[column].function not in AGG_FUNCTIONS[function]:
-                raise InvalidConfigError(f"aggregate {column!r}: partial {function}s combine with "
-                                         f"fields.{column}.agg={AGG_FUNCTIONS[function][0]!r}, but {result.path} has "
-                                         f"{specs[column].function!r}")
+                raise InvalidConfigError(
+                    f"aggregate {column!r}: partial {function}s combine with "
+                    f"fields.{column}.agg={AGG_FUNCTIONS[function][0]!r}, but {result.path} has "
+                    f"{specs[column].function!r}"
+                )
             if (src is None) != (function == "count"):
-                raise InvalidConfigError(f"aggregate {column!r}: {function} needs "
-                                         f"{'no source column' if function == 'count' else 'a source column'}")
+                raise InvalidConfigError(
+                    f"aggregate {column!r}: {function} needs "
+                    f"{'no source column' if function == 'count' else 'a source column'}"
+                )
             if src is not None and src not in source.schema.names:
                 raise InvalidConfigError(f"aggregate {column!r}: {source.path} has no column {src!r}")
             if retracting and function not in _RETRACTABLE:
-                raise InvalidConfigError(f"aggregate {column!r}: {function} cannot take back the updates and deletes "
-                                         f"of primary-key table {source.path}; use count/sum, or a log table source")
+                raise InvalidConfigError(
+                    f"aggregate {column!r}: {function} cannot take back the updates and deletes "
+                    f"of primary-key table {source.path}; use count/sum, or a log table source"
+                )
         if retracting and source.info.options.get(opt.CHANGELOG_IMAGE, "full").lower() == "wal":
-            raise InvalidConfigError(f"{source.path} has table.changelog.image='wal' (no -U records): its updates "
-                                     "cannot be taken back")
+            raise InvalidConfigError(
+                f"{source.path} has table.changelog.image='wal' (no -U records): its updates cannot be taken back"
+            )
         for src in self.group_by.values():
             if src not in source.schema.names:
                 raise InvalidConfigError(f"group_by column {src!r} is not in {source.path}")
@@ -146,8 +177,15 @@ class Aggregation(Job):
             step = begin_step(self, self.result, {"source": {b: r[1] for b, r in ranges.items()}})
         else:  # a crash left this step announced: redo exactly its range
             ranges = step_ranges(self, step, "source")
-        columns = list(dict.fromkeys([*self.group_by.values(), *[s for _, s in self.aggregates.values() if s],
-                                      *(self.where.meta.root_names() if self.where is not None else [])]))
+        columns = list(
+            dict.fromkeys(
+                [
+                    *self.group_by.values(),
+                    *[s for _, s in self.aggregates.values() if s],
+                    *(self.where.meta.root_names() if self.where is not None else []),
+                ]
+            )
+        )
         changes = self._read("source", ranges, columns) if ranges else pl.DataFrame()
         written = write_once(self, self.result, step, self._partials(changes) if changes.height else pl.DataFrame())
         finish_step(self, step)

@@ -17,11 +17,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from fluss_lake.connection import Connection
 from fluss_lake.exceptions import JobConflictError
 from fluss_lake.io import layout
 from fluss_lake.metadata.table_path import check_name
-from fluss_lake.connection import Connection
-
 
 __all__ = ["BucketOffsets", "Checkpoint", "CheckpointStore"]
 
@@ -44,17 +43,32 @@ class Checkpoint:
     partitions: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"number": self.number, "job_uid": self.job_uid, "table_ids": self.table_ids, "extra": self.extra,
-                "offsets": {alias: [[p, b, o] for (p, b), o in sorted(offs.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))]
-                            for alias, offs in self.offsets.items()},
-                "partitions": self.partitions}
+        return {
+            "number": self.number,
+            "job_uid": self.job_uid,
+            "table_ids": self.table_ids,
+            "extra": self.extra,
+            "offsets": {
+                alias: [[p, b, o] for (p, b), o in sorted(offs.items(), key=lambda kv: (kv[0][0] or "", kv[0][1]))]
+                for alias, offs in self.offsets.items()
+            },
+            "partitions": self.partitions,
+        }
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Checkpoint:
         offsets = {alias: {(p, int(b)): int(o) for p, b, o in rows} for alias, rows in body["offsets"].items()}
-        partitions = {alias: {str(n): str(i) for n, i in ids.items()} for alias, ids in (body.get("partitions") or {}).items()}
-        return cls(int(body["number"]), body["job_uid"], offsets, dict(body["table_ids"]), dict(body.get("extra") or {}),
-                   partitions)
+        partitions = {
+            alias: {str(n): str(i) for n, i in ids.items()} for alias, ids in (body.get("partitions") or {}).items()
+        }
+        return cls(
+            int(body["number"]),
+            body["job_uid"],
+            offsets,
+            dict(body["table_ids"]),
+            dict(body.get("extra") or {}),
+            partitions,
+        )
 
     def size_bytes(self) -> int:
         """Size of the serialized checkpoint (a delta join's whole operator state)."""
@@ -85,8 +99,10 @@ class CheckpointStore:
         """Create checkpoint ``number`` atomically; another instance that got there first makes this raise."""
         key = f"{self.prefix}/ckpt-{checkpoint.number:020d}.json"
         if not self.store.put_if_absent(key, json.dumps(checkpoint.to_json()).encode()):
-            raise JobConflictError(f"job {self.name!r}: checkpoint {checkpoint.number} was committed by another "
-                                   "instance of this job; run one instance per job name (this one stops here)")
+            raise JobConflictError(
+                f"job {self.name!r}: checkpoint {checkpoint.number} was committed by another "
+                "instance of this job; run one instance per job name (this one stops here)"
+            )
         for old in self._names()[:-_KEEP]:
             self.store.delete(f"{self.prefix}/{old}")
         for name in self.store.list(f"{self.prefix}/attachments"):

@@ -74,18 +74,36 @@ class DeltaJoin(Job):
 
     kind = "delta_join"
 
-    def __init__(self, result: Table, inputs: Mapping[str, Table], joins: Sequence[Join], *,
-                 select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
-                 condition: pl.Expr | None = None, name: str | None = None, batch_rows: int = BATCH_ROWS,
-                 start: str = "earliest", emit_per_input: bool = False) -> None:
+    def __init__(
+        self,
+        result: Table,
+        inputs: Mapping[str, Table],
+        joins: Sequence[Join],
+        *,
+        select: Mapping[str, str | pl.Expr] | None = None,
+        where: Mapping[str, pl.Expr] | None = None,
+        condition: pl.Expr | None = None,
+        name: str | None = None,
+        batch_rows: int = BATCH_ROWS,
+        start: str = "earliest",
+        emit_per_input: bool = False,
+    ) -> None:
         self.plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
         self.emit_per_input = emit_per_input
         if self.plan.reasons:
-            raise JoinNotSupportedError("this join cannot run as a delta join:\n  - " + "\n  - ".join(self.plan.reasons)
-                                        + "\nuse fluss_lake.jobs.join(..., fallback='stateful') for a stateful join")
+            raise JoinNotSupportedError(
+                "this join cannot run as a delta join:\n  - "
+                + "\n  - ".join(self.plan.reasons)
+                + "\nuse fluss_lake.jobs.join(..., fallback='stateful') for a stateful join"
+            )
         self.result = result
-        super().__init__(result.connection, name or default_job_name(self.kind, result, "join"), inputs,
-                         batch_rows=batch_rows, start=start)
+        super().__init__(
+            result.connection,
+            name or default_job_name(self.kind, result, "join"),
+            inputs,
+            batch_rows=batch_rows,
+            start=start,
+        )
         self._keys: dict[str, pl.DataFrame] = {}
         self._known: dict[str, dict[int, int]] = {}
         self._defer_pending = not emit_per_input  # Fluss's records (the conformance vectors) re-emit every probe
@@ -137,9 +155,14 @@ class DeltaJoin(Job):
                 ends[bucket] = offset
             limit = pl.Series(ends).gather(rows.get_column("_bucket").cast(pl.UInt32))
             return (pl.col("_offset") >= limit).fill_null(False)
-        table_of = pl.DataFrame({"__part": [k[0] for k in consumed], "_bucket": [k[1] for k in consumed],
-                                 "__consumed": list(consumed.values())},
-                                schema={"__part": pl.String, "_bucket": pl.Int32, "__consumed": pl.Int64})
+        table_of = pl.DataFrame(
+            {
+                "__part": [k[0] for k in consumed],
+                "_bucket": [k[1] for k in consumed],
+                "__consumed": list(consumed.values()),
+            },
+            schema={"__part": pl.String, "_bucket": pl.Int32, "__consumed": pl.Int64},
+        )
         keyed = pl.DataFrame({"__part": partition_names(table, rows), "_bucket": rows.get_column("_bucket")})
         limit = keyed.join(table_of, on=["__part", "_bucket"], how="left", maintain_order="left")
         return (pl.col("_offset") >= limit.get_column("__consumed")).fill_null(False)
@@ -209,8 +232,10 @@ class DeltaJoin(Job):
                         seeds[alias] = self._seeds(alias, changes)
                     del changes  # a step holds as little as it can at once: the records are in their seeds now
                 if seeds:
-                    self._consumed = {a: {**self.checkpoint.offsets[a],
-                                          **{k: end for k, (_, end) in ranges.get(a, {}).items()}} for a in self.inputs}
+                    self._consumed = {
+                        a: {**self.checkpoint.offsets[a], **{k: end for k, (_, end) in ranges.get(a, {}).items()}}
+                        for a in self.inputs
+                    }
                     ups, dels = self._process(seeds)
                     seeds.clear()
                     # Fluss's own records (emit_per_input) re-emit -U/+U for every probed row, changed or not
@@ -226,9 +251,12 @@ class DeltaJoin(Job):
         """Upserts and deletes for batches of changed rows (per input)."""
         for _ in range(_MAX_RACE_ROUNDS):
             # each input's tuples shrink to result rows and keys before the next input's are grown
-            parts = [project(self.plan, expand(self.plan, alias, rows, self._fetch, index_probes=True))
-                     for alias, rows in seeds.items()]
+            parts = [
+                project(self.plan, expand(self.plan, alias, rows, self._fetch, index_probes=True))
+                for alias, rows in seeds.items()
+            ]
             if not self._catch_up_keys():  # nobody committed while we probed: the probes saw a consistent picture
                 return emit(self.plan, parts)
-        raise CommitConflictError(f"job {self.name!r}: inputs kept changing while probing {_MAX_RACE_ROUNDS} times; "
-                                  "run the job again")
+        raise CommitConflictError(
+            f"job {self.name!r}: inputs kept changing while probing {_MAX_RACE_ROUNDS} times; run the job again"
+        )

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from fluss_lake.connection import Connection
 from fluss_lake.exceptions import (
     InvalidConfigError,
     JobStateError,
@@ -28,9 +29,7 @@ from fluss_lake.exceptions import (
 )
 from fluss_lake.jobs.checkpoint import BucketOffsets, Checkpoint, CheckpointStore
 from fluss_lake.metadata.partition import partition_names as metadata_partition_names
-from fluss_lake.connection import Connection
 from fluss_lake.table import Table
-
 
 __all__ = ["Job", "JobReport"]
 
@@ -48,10 +47,15 @@ class JobReport:
     offsets: dict[str, dict] = field(default_factory=dict)
 
     def combine(self, other: JobReport) -> JobReport:
-        return JobReport(self.steps + other.steps, self.records_read + other.records_read,
-                         self.rows_upserted + other.rows_upserted, self.rows_deleted + other.rows_deleted,
-                         self.rows_appended + other.rows_appended, self.seconds + other.seconds,
-                         other.offsets or self.offsets)
+        return JobReport(
+            self.steps + other.steps,
+            self.records_read + other.records_read,
+            self.rows_upserted + other.rows_upserted,
+            self.rows_deleted + other.rows_deleted,
+            self.rows_appended + other.rows_appended,
+            self.seconds + other.seconds,
+            other.offsets or self.offsets,
+        )
 
 
 class Job:
@@ -60,8 +64,15 @@ class Job:
 
     kind = "job"
 
-    def __init__(self, connection: Connection, name: str, inputs: Mapping[str, Table], *,
-                 batch_rows: int = 100_000, start: str = "earliest") -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        name: str,
+        inputs: Mapping[str, Table],
+        *,
+        batch_rows: int = 100_000,
+        start: str = "earliest",
+    ) -> None:
         if batch_rows <= 0:
             raise InvalidConfigError(f"batch_rows={batch_rows}: must be positive")
         if start not in ("earliest", "latest"):
@@ -79,8 +90,10 @@ class Job:
         else:
             for alias, table in self.inputs.items():
                 if loaded.table_ids.get(alias, table.info.table_id) != table.info.table_id:
-                    raise JobStateError(f"job {name!r}: input {alias!r} ({table.path}) was re-created since the "
-                                        "last checkpoint; its offsets mean nothing now. Call reset() to start over")
+                    raise JobStateError(
+                        f"job {name!r}: input {alias!r} ({table.path}) was re-created since the "
+                        "last checkpoint; its offsets mean nothing now. Call reset() to start over"
+                    )
         self.checkpoint = loaded
         for alias, table in self.inputs.items():
             if alias not in loaded.offsets:
@@ -102,8 +115,9 @@ class Job:
                 ids[part.partition_name] = part.partition_info.partition_id  # type: ignore[index]
         old = self.checkpoint
         partitions = {**old.partitions, alias: ids} if table.is_partitioned else old.partitions
-        self.checkpoint = Checkpoint(old.number, old.job_uid, {**old.offsets, alias: offsets}, old.table_ids,
-                                     old.extra, partitions)
+        self.checkpoint = Checkpoint(
+            old.number, old.job_uid, {**old.offsets, alias: offsets}, old.table_ids, old.extra, partitions
+        )
 
     # ------------------------------------------------------------ partitions
     def _partitions_of(self, alias: str) -> dict[str, Table]:
@@ -147,8 +161,14 @@ class Job:
             ids = {n: i for n, i in ids.items() if n not in gone}
         offsets = {k: o for k, o in offsets.items() if k in ends}  # dropped while we listed
         if offsets != old.offsets[alias] or ids != known:
-            self.checkpoint = Checkpoint(old.number, old.job_uid, {**old.offsets, alias: offsets}, old.table_ids,
-                                         old.extra, {**old.partitions, alias: ids})
+            self.checkpoint = Checkpoint(
+                old.number,
+                old.job_uid,
+                {**old.offsets, alias: offsets},
+                old.table_ids,
+                old.extra,
+                {**old.partitions, alias: ids},
+            )
         return ends
 
     def _forget(self, alias: str, names: Sequence[str]) -> None:
@@ -179,8 +199,9 @@ class Job:
         """Bytes of operator state this job keeps (a zero-state job: its checkpoint of offsets)."""
         return self.checkpoint.size_bytes()
 
-    def _ranges(self, alias: str, budget: int | None = None,
-                ends: Mapping[tuple[str | None, int], int] | None = None) -> dict[tuple[str | None, int], tuple[int, int]]:
+    def _ranges(
+        self, alias: str, budget: int | None = None, ends: Mapping[tuple[str | None, int], int] | None = None
+    ) -> dict[tuple[str | None, int], tuple[int, int]]:
         """[start, end) per (partition, bucket) with new records (up to the log ends, or `ends`), at most `budget`
         records in all (whole buckets first)."""
         ends = self._log_ends(alias) if ends is None else ends
@@ -195,8 +216,13 @@ class Job:
                 budget -= take - start
         return out
 
-    def _read(self, alias: str, ranges: Mapping[tuple[str | None, int], tuple[int, int]],
-              columns: Sequence[str], change_types: Sequence[str] | None = None) -> pl.DataFrame:
+    def _read(
+        self,
+        alias: str,
+        ranges: Mapping[tuple[str | None, int], tuple[int, int]],
+        columns: Sequence[str],
+        change_types: Sequence[str] | None = None,
+    ) -> pl.DataFrame:
         """Changelog rows of the ranges (system columns + `columns`; no ``_partition`` column: partition values
         are columns of the rows), only of `change_types` if given."""
         table = self.inputs[alias]
@@ -221,8 +247,11 @@ class Job:
                         at = latest[b]
                     starts[b] = ends[b] = at
             try:
-                frames.append(part.scan_log(start_offsets=starts, end_offsets=ends, columns=list(columns),
-                                            change_types=change_types))
+                frames.append(
+                    part.scan_log(
+                        start_offsets=starts, end_offsets=ends, columns=list(columns), change_types=change_types
+                    )
+                )
             except (PartitionNotExistError, OffsetOutOfRangeError):
                 if name is None or self._partition_alive(alias, part):
                     raise
@@ -248,8 +277,9 @@ class Job:
             handles = self._partitions_of(alias)
         return handles.get(name)
 
-    def _advance(self, consumed: Mapping[str, Mapping[tuple[str | None, int], int]],
-                 extra: Mapping | None = None) -> None:
+    def _advance(
+        self, consumed: Mapping[str, Mapping[tuple[str | None, int], int]], extra: Mapping | None = None
+    ) -> None:
         """Move the in-memory checkpoint past consumed offsets (the others keep theirs); :meth:`_save` commits it."""
         old = self.checkpoint
         offsets = {alias: dict(offs) for alias, offs in old.offsets.items()}
@@ -257,14 +287,21 @@ class Job:
             for key, offset in per_bucket.items():
                 if key in offsets[alias]:  # not a partition forgotten meanwhile
                     offsets[alias][key] = offset
-        self.checkpoint = Checkpoint(old.number, old.job_uid, offsets, old.table_ids,
-                                     dict(extra) if extra is not None else old.extra, old.partitions)
+        self.checkpoint = Checkpoint(
+            old.number,
+            old.job_uid,
+            offsets,
+            old.table_ids,
+            dict(extra) if extra is not None else old.extra,
+            old.partitions,
+        )
 
     def _save(self) -> None:
         """Commit the in-memory checkpoint as the next one in the store."""
         current = self.checkpoint
-        new = Checkpoint(current.number + 1, current.job_uid, current.offsets, current.table_ids, current.extra,
-                         current.partitions)
+        new = Checkpoint(
+            current.number + 1, current.job_uid, current.offsets, current.table_ids, current.extra, current.partitions
+        )
         self.checkpoints.commit(new)
         self.checkpoint = new
 
@@ -283,9 +320,15 @@ class Job:
             if step is None:
                 break
             report = report.combine(step)
-        return JobReport(report.steps, report.records_read, report.rows_upserted, report.rows_deleted,
-                         report.rows_appended, time.perf_counter() - started,
-                         {a: self.offsets(a) for a in self.inputs})
+        return JobReport(
+            report.steps,
+            report.records_read,
+            report.rows_upserted,
+            report.rows_deleted,
+            report.rows_appended,
+            time.perf_counter() - started,
+            {a: self.offsets(a) for a in self.inputs},
+        )
 
     def run(self, stop_event: threading.Event, *, poll_interval: float = 0.5) -> JobReport:
         """Run continuously: process what arrives, poll every `poll_interval` seconds, until `stop_event` is set."""

@@ -13,13 +13,18 @@ from fluss_lake.jobs.join_plan import Explanation, Join, JoinPlan
 from fluss_lake.jobs.stateful_join import StatefulJoin
 from fluss_lake.table import Table
 
-
 __all__ = ["explain_join", "join"]
 
 
-def explain_join(result: Table, inputs: Mapping[str, Table], joins: Sequence[Join], *,
-                 select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
-                 condition: pl.Expr | None = None) -> Explanation:
+def explain_join(
+    result: Table,
+    inputs: Mapping[str, Table],
+    joins: Sequence[Join],
+    *,
+    select: Mapping[str, str | pl.Expr] | None = None,
+    where: Mapping[str, pl.Expr] | None = None,
+    condition: pl.Expr | None = None,
+) -> Explanation:
     """Whether this join can run as a delta join, how each side would be probed, or why not.
 
     Examples
@@ -42,21 +47,39 @@ def explain_join(result: Table, inputs: Mapping[str, Table], joins: Sequence[Joi
     return plan.explain()
 
 
-def join(result: Table, inputs: Mapping[str, Table], joins: Sequence[Join], *,
-         select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
-         condition: pl.Expr | None = None, name: str | None = None, batch_rows: int | None = None,
-         start: str = "earliest", fallback: Literal["reject", "stateful"] = "reject") -> DeltaJoin | StatefulJoin:
+def join(
+    result: Table,
+    inputs: Mapping[str, Table],
+    joins: Sequence[Join],
+    *,
+    select: Mapping[str, str | pl.Expr] | None = None,
+    where: Mapping[str, pl.Expr] | None = None,
+    condition: pl.Expr | None = None,
+    name: str | None = None,
+    batch_rows: int | None = None,
+    start: str = "earliest",
+    fallback: Literal["reject", "stateful"] = "reject",
+) -> DeltaJoin | StatefulJoin:
     """A join job: a :class:`DeltaJoin` when the join allows it, otherwise the stateful join
     (``fallback="stateful"``, its ``explain()`` says why) or :class:`~fluss_lake.JoinNotSupportedError`.
     `batch_rows` defaults to the chosen job's own default."""
     if fallback not in ("reject", "stateful"):
         raise InvalidConfigError(f"fallback={fallback!r}: use 'reject' or 'stateful'")
-    options = {"select": select, "where": where, "condition": condition, "name": name, "start": start,
-               **({} if batch_rows is None else {"batch_rows": batch_rows})}
+    options = {
+        "select": select,
+        "where": where,
+        "condition": condition,
+        "name": name,
+        "start": start,
+        **({} if batch_rows is None else {"batch_rows": batch_rows}),
+    }
     plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
     if not plan.reasons:
         return DeltaJoin(result, inputs, joins, **options)  # type: ignore[arg-type]
     if fallback == "stateful":
         return StatefulJoin(result, inputs, joins, **options)  # type: ignore[arg-type]
-    raise JoinNotSupportedError("this join cannot run as a delta join:\n  - " + "\n  - ".join(plan.reasons) +
-                                "\npass fallback='stateful' to run it as a stateful join instead")
+    raise JoinNotSupportedError(
+        "this join cannot run as a delta join:\n  - "
+        + "\n  - ".join(plan.reasons)
+        + "\npass fallback='stateful' to run it as a stateful join instead"
+    )

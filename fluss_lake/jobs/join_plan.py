@@ -27,7 +27,6 @@ from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.table import Table
 
-
 __all__ = ["Edge", "Explanation", "Join", "JoinPlan"]
 
 JoinType = Literal["inner", "left"]
@@ -46,8 +45,13 @@ class Join:
     on: tuple[tuple[str, str], ...]
     how: JoinType = "inner"
 
-    def __init__(self, left: str, right: str, on: Mapping[str, str] | Sequence[str] | Sequence[tuple[str, str]],
-                 how: JoinType = "inner") -> None:
+    def __init__(
+        self,
+        left: str,
+        right: str,
+        on: Mapping[str, str] | Sequence[str] | Sequence[tuple[str, str]],
+        how: JoinType = "inner",
+    ) -> None:
         if isinstance(on, Mapping):
             pairs = tuple((str(a), str(b)) for a, b in on.items())
         else:
@@ -94,9 +98,11 @@ class Explanation:
     result_key: tuple[str, ...] = field(default=())
 
     def __str__(self) -> str:
-        head = {"delta": "runs as a delta join (zero state: offsets only)",
-                "stateful": "runs as a stateful regular join (both sides kept in operator state)",
-                "rejected": "cannot run as a delta join"}[self.strategy]
+        head = {
+            "delta": "runs as a delta join (zero state: offsets only)",
+            "stateful": "runs as a stateful regular join (both sides kept in operator state)",
+            "rejected": "cannot run as a delta join",
+        }[self.strategy]
         lines = [head, *[f"  probe: {p}" for p in self.probes], *[f"  not delta: {r}" for r in self.reasons]]
         if self.result_key:
             lines.append(f"  result key: {', '.join(self.result_key)}")
@@ -128,9 +134,16 @@ def _index_kind(table: Table, columns: Sequence[str]) -> tuple[str | None, tuple
 class JoinPlan:
     """The validated join: edges, qualified columns, result projection and key, delta eligibility."""
 
-    def __init__(self, inputs: Mapping[str, Table], joins: Sequence[Join], result: Table, *,
-                 select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
-                 condition: pl.Expr | None = None) -> None:
+    def __init__(
+        self,
+        inputs: Mapping[str, Table],
+        joins: Sequence[Join],
+        result: Table,
+        *,
+        select: Mapping[str, str | pl.Expr] | None = None,
+        where: Mapping[str, pl.Expr] | None = None,
+        condition: pl.Expr | None = None,
+    ) -> None:
         self.inputs = dict(inputs)
         self.aliases = list(self.inputs)
         self.result = result
@@ -159,17 +172,25 @@ class JoinPlan:
             if join.left not in self.inputs or join.right not in self.inputs:
                 raise InvalidConfigError(f"join {join.left} -> {join.right}: unknown input; inputs are {self.aliases}")
             if join.left not in seen:
-                raise InvalidConfigError(f"join {join.left} -> {join.right}: {join.left!r} is not joined yet; list "
-                                         "joins so each one attaches a new input to the inputs before it")
+                raise InvalidConfigError(
+                    f"join {join.left} -> {join.right}: {join.left!r} is not joined yet; list "
+                    "joins so each one attaches a new input to the inputs before it"
+                )
             if join.right in seen:
-                raise InvalidConfigError(f"join {join.left} -> {join.right}: {join.right!r} is joined already (joins "
-                                         "form a tree; put extra equalities into the same Join)")
+                raise InvalidConfigError(
+                    f"join {join.left} -> {join.right}: {join.right!r} is joined already (joins "
+                    "form a tree; put extra equalities into the same Join)"
+                )
             if join.how not in ("inner", "left"):
-                raise InvalidConfigError(f"join {join.left} -> {join.right}: how={join.how!r} is not supported; use "
-                                         "'inner' or 'left' (put the preserved side on the left)")
+                raise InvalidConfigError(
+                    f"join {join.left} -> {join.right}: how={join.how!r} is not supported; use "
+                    "'inner' or 'left' (put the preserved side on the left)"
+                )
             parent, child = self.inputs[join.left], self.inputs[join.right]
-            for table, alias, cols in ((parent, join.left, [p for p, _ in join.on]),
-                                       (child, join.right, [c for _, c in join.on])):
+            for table, alias, cols in (
+                (parent, join.left, [p for p, _ in join.on]),
+                (child, join.right, [c for _, c in join.on]),
+            ):
                 unknown = [c for c in cols if c not in table.schema.names]
                 if unknown:
                     raise InvalidConfigError(f"join {join.left} -> {join.right}: {alias} has no column(s) {unknown}")
@@ -188,13 +209,17 @@ class JoinPlan:
                     raise InvalidConfigError(
                         f"LEFT join {edge.parent} -> {edge.child}: the right side must be joined on its whole primary "
                         f"key {list(self.inputs[edge.child].schema.primary_key)}; otherwise null-padded rows would "
-                        "need null primary-key columns in the result table")
+                        "need null primary-key columns in the result table"
+                    )
                 if any(e.parent == edge.child for e in edges):
-                    raise InvalidConfigError(f"LEFT join {edge.parent} -> {edge.child}: the right side of a LEFT join "
-                                             "must be a leaf (join further inputs to the left side instead)")
+                    raise InvalidConfigError(
+                        f"LEFT join {edge.parent} -> {edge.child}: the right side of a LEFT join "
+                        "must be a leaf (join further inputs to the left side instead)"
+                    )
         if self.condition is not None and any(e.how == "left" for e in edges):
-            raise InvalidConfigError("condition= (a filter on the joined row) needs INNER joins only; filter the "
-                                     "inputs with where= instead")
+            raise InvalidConfigError(
+                "condition= (a filter on the joined row) needs INNER joins only; filter the inputs with where= instead"
+            )
         return edges
 
     def _delta_reasons(self) -> list[str]:
@@ -209,17 +234,25 @@ class JoinPlan:
                     cols = [c for _, c in e.pairs] if side == e.child else [p for p, _ in e.pairs]
                     pk, prefix = index_columns(table)
                     if table.is_partitioned:
-                        index = (f"neither its primary key {list(pk)} nor its partition keys + bucket-key prefix "
-                                 f"{list(prefix)}" if prefix else f"not its primary key {list(pk)} (its bucket key "
-                                 f"{list(table.info.bucket_keys)} is no prefix of it)")
+                        index = (
+                            f"neither its primary key {list(pk)} nor its partition keys + bucket-key prefix "
+                            f"{list(prefix)}"
+                            if prefix
+                            else f"not its primary key {list(pk)} (its bucket key "
+                            f"{list(table.info.bucket_keys)} is no prefix of it)"
+                        )
                         missing = [c for c in table.partition_keys if c not in cols]
                         if missing:
                             index += f"; a partitioned side must be joined on its partition columns {missing} too"
                     else:
-                        index = (f"neither its primary key {list(pk)} nor a bucket-key prefix of it (bucket key "
-                                 f"{list(table.info.bucket_keys)})")
-                    reasons.append(f"join {e.parent} -> {e.child}: the join columns {cols} of {side} ({table.path}) "
-                                   f"contain {index}, so changes on the other side cannot probe it")
+                        index = (
+                            f"neither its primary key {list(pk)} nor a bucket-key prefix of it (bucket key "
+                            f"{list(table.info.bucket_keys)})"
+                        )
+                    reasons.append(
+                        f"join {e.parent} -> {e.child}: the join columns {cols} of {side} ({table.path}) "
+                        f"contain {index}, so changes on the other side cannot probe it"
+                    )
         return reasons
 
     def neighbours(self, alias: str) -> list[tuple[Edge, str]]:
@@ -281,40 +314,52 @@ class JoinPlan:
                 if isinstance(src, str):
                     alias, _, name = src.partition(".")
                     if alias not in self.inputs or name not in self.inputs[alias].schema.names:
-                        raise InvalidConfigError(f"select[{col!r}] = {src!r}: write 'alias.column' with an input "
-                                                 f"alias of {self.aliases}")
+                        raise InvalidConfigError(
+                            f"select[{col!r}] = {src!r}: write 'alias.column' with an input alias of {self.aliases}"
+                        )
                     exprs[col], sources[col] = self._column_expr(src), src
                 else:
                     exprs[col] = src
                 continue
             found = [f"{a}.{col}" for a, t in self.inputs.items() if col in t.schema.names]
             if not found:
-                raise InvalidConfigError(f"result column {col!r} is in no input; map it with select={{{col!r}: "
-                                         "'alias.column'}}")
+                raise InvalidConfigError(
+                    f"result column {col!r} is in no input; map it with select={{{col!r}: 'alias.column'}}}}"
+                )
             if len({id(self.classes.get(f, [f])) for f in found}) > 1:
-                raise InvalidConfigError(f"result column {col!r} is in several inputs {found}; choose one with "
-                                         f"select={{{col!r}: ...}}")
+                raise InvalidConfigError(
+                    f"result column {col!r} is in several inputs {found}; choose one with select={{{col!r}: ...}}"
+                )
             exprs[col], sources[col] = self._column_expr(found[0]), found[0]
         return {c: e.alias(c) for c, e in exprs.items()}, sources
 
     def _check_result(self) -> None:
         result = self.result
         if not result.is_primary_key_table:
-            raise InvalidConfigError(f"result table {result.path} needs a primary key covering the inputs' keys "
-                                     "(every result row must be an idempotent upsert or delete)")
+            raise InvalidConfigError(
+                f"result table {result.path} needs a primary key covering the inputs' keys "
+                "(every result row must be an idempotent upsert or delete)"
+            )
         if result.info.options.get("table.merge-engine"):
-            raise InvalidConfigError(f"result table {result.path} must use the default merge engine (last row); "
-                                     f"it has {result.info.options['table.merge-engine']}")
+            raise InvalidConfigError(
+                f"result table {result.path} must use the default merge engine (last row); "
+                f"it has {result.info.options['table.merge-engine']}"
+            )
         if result.info.options.get(opt.DELETE_BEHAVIOR, "allow") != "allow":
-            raise InvalidConfigError(f"result table {result.path} must allow deletes (table.delete.behavior="
-                                     "'allow'): retractions are deletes")
+            raise InvalidConfigError(
+                f"result table {result.path} must allow deletes (table.delete.behavior="
+                "'allow'): retractions are deletes"
+            )
         covered = set()
         for col in result.schema.primary_key:
             src = self.key_sources.get(col)
             if src is None:
-                raise InvalidConfigError(f"result primary-key column {col!r} must be a plain input column "
-                                         "(select={col: 'alias.column'}), not an expression")
+                raise InvalidConfigError(
+                    f"result primary-key column {col!r} must be a plain input column "
+                    "(select={col: 'alias.column'}), not an expression"
+                )
             covered.update(self.classes.get(src, [src]))
+
         # a row of the child of a to-one join is named by the parent's join columns (and the reverse)
         def known(alias: str) -> bool:
             return all(f"{alias}.{c}" in covered for c in self.inputs[alias].schema.primary_key)
@@ -339,14 +384,20 @@ class JoinPlan:
                 raise InvalidConfigError(
                     f"the result key {list(result.schema.primary_key)} of {result.path} does not cover the primary "
                     f"key of input {alias} (missing {missing}); each result row must name the input rows it joins, "
-                    "or retractions cannot be idempotent deletes")
+                    "or retractions cannot be idempotent deletes"
+                )
         lefts = self.left_children()
         for col, src in self.key_sources.items():
             alias = src.split(".", 1)[0]
-            if alias in lefts and not result.schema.column(col).nullable and \
-                    not any(m.split(".", 1)[0] not in lefts for m in self.classes.get(src, [src])):
-                raise InvalidConfigError(f"result column {col!r} comes from the right side of a LEFT join and is "
-                                         "null in padded rows; make it nullable in the result table")
+            if (
+                alias in lefts
+                and not result.schema.column(col).nullable
+                and not any(m.split(".", 1)[0] not in lefts for m in self.classes.get(src, [src]))
+            ):
+                raise InvalidConfigError(
+                    f"result column {col!r} comes from the right side of a LEFT join and is "
+                    "null in padded rows; make it nullable in the result table"
+                )
 
     def _needed_columns(self) -> dict[str, list[str]]:
         refs: set[str] = set()
@@ -371,15 +422,25 @@ class JoinPlan:
         """Whether this plan runs as a delta join, how each side is probed, or why not."""
         probes = []
         for e in self.edges:
-            for side, kind, cols in ((e.child, e.child_index, e.child_probe), (e.parent, e.parent_index, e.parent_probe)):
+            for side, kind, cols in (
+                (e.child, e.child_index, e.child_probe),
+                (e.parent, e.parent_index, e.parent_probe),
+            ):
                 if kind is not None:
                     partitioned = self.inputs[side].is_partitioned
-                    how = ("lookup by primary key" if kind == "pk" else
-                           "prefix lookup by partition keys + bucket key" if partitioned else "prefix lookup by bucket key")
+                    how = (
+                        "lookup by primary key"
+                        if kind == "pk"
+                        else "prefix lookup by partition keys + bucket key"
+                        if partitioned
+                        else "prefix lookup by bucket key"
+                    )
                     if partitioned:
                         how += " (routed to the partition of each key)"
-                    probes.append(f"changes joining {e.parent} -> {e.child} probe {side} ({self.inputs[side].path}) "
-                                  f"by {list(cols)}: {how}")
+                    probes.append(
+                        f"changes joining {e.parent} -> {e.child} probe {side} ({self.inputs[side].path}) "
+                        f"by {list(cols)}: {how}"
+                    )
         delta = not self.reasons
         if strategy is None:
             strategy = "delta" if delta else "rejected"
@@ -391,7 +452,8 @@ class JoinPlan:
 
     def qualify(self, alias: str, frame: pl.DataFrame) -> pl.DataFrame:
         return frame.rename({c: f"{alias}.{c}" for c in frame.columns if c != LIVE}).rename(
-            {LIVE: f"{alias}.{LIVE}"} if LIVE in frame.columns else {})
+            {LIVE: f"{alias}.{LIVE}"} if LIVE in frame.columns else {}
+        )
 
     def live(self, alias: str, frame: pl.DataFrame, found: pl.Series | None = None) -> pl.DataFrame:
         """`frame` (unqualified rows of `alias`) with ``__live``: present (`found`) and passing where[alias]."""

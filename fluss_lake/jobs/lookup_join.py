@@ -28,7 +28,6 @@ from fluss_lake.jobs.job import Job, JobReport, default_job_name
 from fluss_lake.jobs.join_plan import index_columns
 from fluss_lake.table import Table
 
-
 __all__ = ["LookupCache", "LookupJoin"]
 
 _FOUND, _STAMP = "__found", "__cached_at"
@@ -67,11 +66,21 @@ class LookupJoin(Job):
 
     kind = "lookup_join"
 
-    def __init__(self, table: Table, *, on: Mapping[str, str] | Sequence[str], columns: Sequence[str] | None = None,
-                 how: Literal["left", "inner"] = "left", cache: LookupCache | None = None,
-                 source: Table | None = None, sink: Table | None = None, name: str | None = None,
-                 batch_rows: int = 100_000, start: str = "earliest",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        table: Table,
+        *,
+        on: Mapping[str, str] | Sequence[str],
+        columns: Sequence[str] | None = None,
+        how: Literal["left", "inner"] = "left",
+        cache: LookupCache | None = None,
+        source: Table | None = None,
+        sink: Table | None = None,
+        name: str | None = None,
+        batch_rows: int = 100_000,
+        start: str = "earliest",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if not table.is_primary_key_table:
             raise InvalidConfigError(f"{table.path} is a log table; a lookup join needs a primary-key table")
         self.table = table
@@ -85,9 +94,13 @@ class LookupJoin(Job):
         else:
             raise InvalidConfigError(
                 f"lookup join on {list(dim_keys)}: {table.path} can be looked up by its primary key {list(pk)}"
-                + (f" or its {'partition keys + ' if table.is_partitioned else ''}bucket-key prefix {list(prefix)}"
-                   if prefix else "")
-                + (" (a partitioned table's lookups need its partition columns)" if table.is_partitioned else ""))
+                + (
+                    f" or its {'partition keys + ' if table.is_partitioned else ''}bucket-key prefix {list(prefix)}"
+                    if prefix
+                    else ""
+                )
+                + (" (a partitioned table's lookups need its partition columns)" if table.is_partitioned else "")
+            )
         self.stream_keys = [next(s for s, d in self.on.items() if d == k) for k in self.keys]
         self.columns = [c for c in (columns or table.schema.names) if c not in self.keys]
         unknown = [c for c in self.columns if c not in table.schema.names]
@@ -107,8 +120,13 @@ class LookupJoin(Job):
         self._cached: pl.DataFrame | None = None
         self.hits = self.misses = 0
         if source is not None:
-            super().__init__(table.connection, name or default_job_name(self.kind, sink or source, "lookup"),
-                             {"source": source}, batch_rows=batch_rows, start=start)
+            super().__init__(
+                table.connection,
+                name or default_job_name(self.kind, sink or source, "lookup"),
+                {"source": source},
+                batch_rows=batch_rows,
+                start=start,
+            )
 
     # ------------------------------------------------------------ enrichment
     def _lookup(self, keys: pl.DataFrame) -> pl.DataFrame:
@@ -120,8 +138,9 @@ class LookupJoin(Job):
         now = self.clock()
         cached = self._cached
         if cached is None:
-            cached = pl.DataFrame(schema={**{c: schema[c] for c in [*self.keys, *self.columns]}, _FOUND: pl.Boolean,
-                                          _STAMP: pl.Float64})
+            cached = pl.DataFrame(
+                schema={**{c: schema[c] for c in [*self.keys, *self.columns]}, _FOUND: pl.Boolean, _STAMP: pl.Float64}
+            )
         if self.cache.expire_after_write is not None:
             cached = cached.filter(pl.col(_STAMP) > now - self.cache.expire_after_write)
         hits = cached.join(keys, on=list(self.keys), how="semi")
@@ -130,8 +149,9 @@ class LookupJoin(Job):
         self.misses += missing.height
         fresh = self.table.new_lookup().lookup(missing, with_found=True) if missing.height else None
         if fresh is not None:
-            fresh = fresh.select(*self.keys, *self.columns, pl.col("_found").alias(_FOUND),
-                                 pl.lit(now, pl.Float64).alias(_STAMP))
+            fresh = fresh.select(
+                *self.keys, *self.columns, pl.col("_found").alias(_FOUND), pl.lit(now, pl.Float64).alias(_STAMP)
+            )
             keep = fresh if self.cache.cache_missing_key else fresh.filter(pl.col(_FOUND))
             cached = pl.concat([cached, keep], how="vertical")
             if cached.height > self.cache.max_rows:  # evict the oldest writes
@@ -159,8 +179,11 @@ class LookupJoin(Job):
             rows = rows.filter(pl.col(_FOUND)).drop(_FOUND)
         else:
             distinct = keys.drop_nulls().unique()
-            rows = (self.table.prefix_lookup(distinct).select(*self.keys, *self.columns) if distinct.height else
-                    pl.DataFrame(schema={c: schema[c] for c in [*self.keys, *self.columns]}))
+            rows = (
+                self.table.prefix_lookup(distinct).select(*self.keys, *self.columns)
+                if distinct.height
+                else pl.DataFrame(schema={c: schema[c] for c in [*self.keys, *self.columns]})
+            )
         joined = frame.join(rows, left_on=left_on, right_on=list(self.keys), how=self.how, maintain_order="left")
         return joined.drop([k for k in self.keys if k in joined.columns and k not in frame.columns])
 
@@ -184,8 +207,11 @@ class LookupJoin(Job):
         self._require_source()
         ranges = self._ranges("source")
         if not ranges:
-            return self.enrich(self._read("source", {}, self.source.schema.names).drop(
-                "_bucket", "_offset", "_change_type", "_commit_timestamp"))  # type: ignore[union-attr]
+            return self.enrich(
+                self._read("source", {}, self.source.schema.names).drop(
+                    "_bucket", "_offset", "_change_type", "_commit_timestamp"
+                )
+            )  # type: ignore[union-attr]
         frame = self._read("source", ranges, self.source.schema.names)  # type: ignore[union-attr]
         out = self.enrich(frame.drop("_bucket", "_offset", "_change_type", "_commit_timestamp"))
         self._advance({"source": {b: r[1] for b, r in ranges.items()}})

@@ -23,7 +23,6 @@ from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 from fluss_lake.jobs.result_writes import write_changes
 from fluss_lake.table import Table
 
-
 __all__ = ["StatefulJoin"]
 
 
@@ -51,14 +50,28 @@ class StatefulJoin(Job):
 
     kind = "stateful_join"
 
-    def __init__(self, result: Table, inputs: Mapping[str, Table], joins: Sequence[Join], *,
-                 select: Mapping[str, str | pl.Expr] | None = None, where: Mapping[str, pl.Expr] | None = None,
-                 condition: pl.Expr | None = None, name: str | None = None, batch_rows: int = 100_000,
-                 start: str = "earliest") -> None:
+    def __init__(
+        self,
+        result: Table,
+        inputs: Mapping[str, Table],
+        joins: Sequence[Join],
+        *,
+        select: Mapping[str, str | pl.Expr] | None = None,
+        where: Mapping[str, pl.Expr] | None = None,
+        condition: pl.Expr | None = None,
+        name: str | None = None,
+        batch_rows: int = 100_000,
+        start: str = "earliest",
+    ) -> None:
         self.plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
         self.result = result
-        super().__init__(result.connection, name or default_job_name(self.kind, result, "join"), inputs,
-                         batch_rows=batch_rows, start=start)
+        super().__init__(
+            result.connection,
+            name or default_job_name(self.kind, result, "join"),
+            inputs,
+            batch_rows=batch_rows,
+            start=start,
+        )
         self._state = self._load_state()
 
     def explain(self) -> Explanation:
@@ -93,6 +106,7 @@ class StatefulJoin(Job):
 
     def _fetch_from(self, state: dict[str, pl.DataFrame], images: dict[str, pl.DataFrame] | None = None):
         """A probe of the state (a hash join on any columns), plus the step's images when retracting."""
+
         def fetch(alias: str, probe: tuple[str, ...], keys: pl.DataFrame) -> pl.DataFrame:
             frame = state[alias]
             keys = keys.with_columns([pl.col(c).cast(frame.schema[c]) for c in probe])
@@ -101,6 +115,7 @@ class StatefulJoin(Job):
             if extra is not None and extra.height:
                 rows = distinct(pl.concat([rows, extra.join(keys, on=list(probe), how="semi")], how="vertical"))
             return self.plan.live(alias, rows)
+
         return fetch
 
     # ------------------------------------------------------------ steps
@@ -133,8 +148,9 @@ class StatefulJoin(Job):
         parts = []
         for alias, keys in affected.items():
             pk = list(keys.columns)
-            before = self.plan.live(alias, distinct(pl.concat([old[alias].join(keys, on=pk, how="semi"),
-                                                               images_of[alias]], how="vertical")))
+            before = self.plan.live(
+                alias, distinct(pl.concat([old[alias].join(keys, on=pk, how="semi"), images_of[alias]], how="vertical"))
+            )
             present = new[alias].join(keys, on=pk, how="semi")
             gone = keys.join(present.select(pk), on=pk, how="anti").with_columns(pl.lit(False).alias(LIVE))
             # deleted keys stay as (not live) seeds: the left side of a LEFT join gets its null-padded row back

@@ -20,6 +20,7 @@ import numpy.typing as npt
 import polars as pl
 import pyarrow as pa
 
+from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.keys.hashing import (
     ByteRanges,
     KeyBytes,
@@ -31,12 +32,11 @@ from fluss_lake.keys.hashing import (
 from fluss_lake.keys.key_encoding import (
     assemble_segments,
     check_key_columns,
-    compacted_key_segments,
     column_label,
+    compacted_key_segments,
     encode_compacted_key,
     encode_iceberg_key,
 )
-from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.metadata.descriptor import TableDescriptor, TableInfo
 from fluss_lake.options import DATALAKE_FORMAT
 
@@ -236,9 +236,7 @@ def assign_buckets(
     return BucketingFunction.of(lake_format).bucket(key_columns, num_buckets, names=names)
 
 
-def encode_primary_key_hash(
-    key_columns: KeyColumns, *, names: Sequence[str] | None = None
-) -> npt.NDArray[np.uint64]:
+def encode_primary_key_hash(key_columns: KeyColumns, *, names: Sequence[str] | None = None) -> npt.NDArray[np.uint64]:
     """Persisted 64-bit key hash of each row: ``hash64(encode_compacted_key(key_columns))`` (XXH64, seed 0).
 
     A single column whose compacted form is one fixed-layout segment (integers, floats, dates, millisecond
@@ -267,8 +265,12 @@ def buckets_of(info: TableInfo, frame: pl.DataFrame) -> npt.NDArray[np.int32]:
     """
     if info.bucket_num == 1:
         return np.zeros(frame.height, dtype=np.int32)
-    return assign_buckets([frame.get_column(k).to_arrow() for k in info.bucket_keys], info.bucket_num,
-                          lake_format=info.options.get(DATALAKE_FORMAT), names=list(info.bucket_keys))
+    return assign_buckets(
+        [frame.get_column(k).to_arrow() for k in info.bucket_keys],
+        info.bucket_num,
+        lake_format=info.options.get(DATALAKE_FORMAT),
+        names=list(info.bucket_keys),
+    )
 
 
 def check_bucket_key_types(descriptor: TableDescriptor) -> None:
@@ -286,5 +288,7 @@ def split_by_bucket(frame: pl.DataFrame, buckets: np.ndarray) -> dict[int, pl.Da
         return {}
     if buckets.min() == buckets.max():
         return {int(buckets[0]): frame}
-    parts = frame.with_columns(pl.Series("__bucket", buckets)).partition_by("__bucket", as_dict=True, maintain_order=True)
+    parts = frame.with_columns(pl.Series("__bucket", buckets)).partition_by(
+        "__bucket", as_dict=True, maintain_order=True
+    )
     return {int(key[0]): part.drop("__bucket") for key, part in parts.items()}

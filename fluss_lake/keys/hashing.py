@@ -21,8 +21,8 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from fluss_lake.keys import _hash_kernels  # type: ignore[attr-defined]
 from fluss_lake.exceptions import InvalidConfigError, InvalidTableError, NullPrimaryKeyError
+from fluss_lake.keys import _hash_kernels  # type: ignore[attr-defined]
 
 __all__ = [
     "ByteStrings",
@@ -46,7 +46,6 @@ _M_N = _U32(0xE6546B64)
 _M_F1 = _U32(0x85EBCA6B)
 _M_F2 = _U32(0xC2B2AE35)
 _FLUSS_SEED = 42  # MurmurHashUtils.DEFAULT_SEED (Fluss and Paimon)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,12 +155,18 @@ def _as_rows(keys: KeyBytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Normalise key bytes to ``(buffer, starts, lengths)``."""
     if isinstance(keys, ByteRanges):
         values = np.ascontiguousarray(keys.values, dtype=np.uint8)
-        return (values, np.ascontiguousarray(keys.starts, dtype=np.int64),
-                np.ascontiguousarray(keys.lengths, dtype=np.int64))
+        return (
+            values,
+            np.ascontiguousarray(keys.starts, dtype=np.int64),
+            np.ascontiguousarray(keys.lengths, dtype=np.int64),
+        )
     if not isinstance(keys, ByteStrings):
         keys = ByteStrings.from_arrow(keys)
-    return (np.ascontiguousarray(keys.values, dtype=np.uint8), np.ascontiguousarray(keys.starts(), dtype=np.int64),
-            np.ascontiguousarray(keys.lengths(), dtype=np.int64))
+    return (
+        np.ascontiguousarray(keys.values, dtype=np.uint8),
+        np.ascontiguousarray(keys.starts(), dtype=np.int64),
+        np.ascontiguousarray(keys.lengths(), dtype=np.int64),
+    )
 
 
 # --------------------------------------------------------------------------- murmur3 x86_32

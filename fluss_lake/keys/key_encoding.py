@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from fluss_lake.keys import _hash_kernels  # type: ignore[attr-defined]
 from fluss_lake.exceptions import InvalidConfigError, InvalidTableError, NullPrimaryKeyError, SchemaMismatchError
+from fluss_lake.keys import _hash_kernels  # type: ignore[attr-defined]
 
 __all__ = [
     "encode_compacted_key",
@@ -221,8 +221,13 @@ def assemble_segments(segments: list[KeySegment], n: int) -> pa.Array:
     values = np.empty(total, dtype=np.uint8)
     cursor = offsets[:-1].copy()
     for seg in segments:
-        _hash_kernels.append_rows(np.ascontiguousarray(seg.pool, dtype=np.uint8), np.ascontiguousarray(seg.starts, dtype=np.int64),
-                                  np.ascontiguousarray(seg.lengths, dtype=np.int64), cursor, values)
+        _hash_kernels.append_rows(
+            np.ascontiguousarray(seg.pool, dtype=np.uint8),
+            np.ascontiguousarray(seg.starts, dtype=np.int64),
+            np.ascontiguousarray(seg.lengths, dtype=np.int64),
+            cursor,
+            values,
+        )
     offset_dtype = np.int64 if target == pa.large_binary() else np.int32
     return pa.Array.from_buffers(target, n, [None, pa.py_buffer(offsets.astype(offset_dtype)), pa.py_buffer(values)])
 

@@ -92,7 +92,7 @@ def fluss_bucket(key: bytes, num_buckets: int) -> int:
     h = 42
     aligned = len(key) - len(key) % 4
     for i in range(0, aligned, 4):
-        h = _mix_h1(h, _mix_k1(int.from_bytes(key[i:i + 4], "little")))
+        h = _mix_h1(h, _mix_k1(int.from_bytes(key[i : i + 4], "little")))
     for byte in key[aligned:]:
         h = _mix_h1(h, _mix_k1((byte - 256 if byte > 127 else byte) & _M32))
     h = _fmix(h ^ len(key))

@@ -80,7 +80,8 @@ class _Worker:
     def drain(self, store: Compactable | None) -> None:
         with self.cond:
             while (store is None and (self.queue or self.busy is not None)) or (
-                    store is not None and (store in self.queue or self.busy is store)):
+                store is not None and (store in self.queue or self.busy is store)
+            ):
                 if self.thread is None or not self.thread.is_alive():
                     break
                 self.cond.wait()

@@ -86,8 +86,13 @@ class KvSnapshots:
         for segment in kv.segments:
             self._publish(segment)
             names.append(segment.name)
-        manifest = {"offset": offset, "segments": names, "schema_id": schema_id,
-                    "writer_id": writer_id, "created_ms": int(time.time() * 1000)}
+        manifest = {
+            "offset": offset,
+            "segments": names,
+            "schema_id": schema_id,
+            "writer_id": writer_id,
+            "created_ms": int(time.time() * 1000),
+        }
         name = f"{offset:020d}-{manifest['created_ms']:013d}-{uuid.uuid4().hex[:8]}{_SNAPSHOT_SUFFIX}"
         self.store.put_if_absent(f"{self.kv_prefix}/snapshots/{name}", json.dumps(manifest).encode())
         self._last_time = time.monotonic()
@@ -115,7 +120,7 @@ class KvSnapshots:
         """Drop old manifests, retired private segments, and published segments no retained manifest names."""
         prefix = f"{self.kv_prefix}/snapshots"
         names = sorted(n for n in self.store.list(prefix) if n.endswith(_SNAPSHOT_SUFFIX))
-        for old in names[: -retained]:
+        for old in names[:-retained]:
             self.store.delete(f"{prefix}/{old}")
         referenced: set[str] = {s.name for s in kv.segments}
         for name in names[-retained:]:

@@ -50,8 +50,16 @@ class KvStore(StateReader):
     """The current rows of one bucket, keyed by primary key: the reads of :class:`StateReader`, plus writes into
     the memtable, flushes and the merge policy."""
 
-    def __init__(self, directory: str, schema: pl.Schema, primary_key: Sequence[str], *, ttl_ms: int = 0,
-                 clock: Callable[[], int] | None = None, lock: threading.RLock | None = None) -> None:
+    def __init__(
+        self,
+        directory: str,
+        schema: pl.Schema,
+        primary_key: Sequence[str],
+        *,
+        ttl_ms: int = 0,
+        clock: Callable[[], int] | None = None,
+        lock: threading.RLock | None = None,
+    ) -> None:
         self.directory = directory
         # Guards the segments; the process memtable budget takes it (without waiting) to flush this store.
         self.lock = lock if lock is not None else threading.RLock()
@@ -65,8 +73,16 @@ class KvStore(StateReader):
         memtable_budget.register(self)
 
     # ---------------------------------------------------------------- writes
-    def apply(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray, commit_ts: np.ndarray | int, *,
-              order: np.ndarray | None = None, offsets: np.ndarray | None = None) -> None:
+    def apply(
+        self,
+        hashes: np.ndarray,
+        rows: pl.DataFrame,
+        deleted: np.ndarray,
+        commit_ts: np.ndarray | int,
+        *,
+        order: np.ndarray | None = None,
+        offsets: np.ndarray | None = None,
+    ) -> None:
         """Add after-images (one per key, `deleted` marks tombstones, committed at `commit_ts`, written by the
         changelog records at `offsets`) as a new segment.
 
@@ -79,9 +95,15 @@ class KvStore(StateReader):
             self._add_to_memtable(hashes, rows, deleted, commit_ts, order, offsets)
             memtable_budget.enforce(self)
 
-    def _add_to_memtable(self, hashes: np.ndarray, rows: pl.DataFrame, deleted: np.ndarray,
-                         commit_ts: np.ndarray | int, order: np.ndarray | None,
-                         offsets: np.ndarray | None = None) -> None:
+    def _add_to_memtable(
+        self,
+        hashes: np.ndarray,
+        rows: pl.DataFrame,
+        deleted: np.ndarray,
+        commit_ts: np.ndarray | int,
+        order: np.ndarray | None,
+        offsets: np.ndarray | None = None,
+    ) -> None:
         """:meth:`apply` without the budget: a new memtable segment, then a flush or in-memory merges."""
         if order is None:
             order = np.argsort(hashes, kind="stable")
@@ -96,17 +118,24 @@ class KvStore(StateReader):
             offsets = None if offsets is None else offsets[order]
         sorted_hashes = np.ascontiguousarray(hashes[order], dtype=np.uint64)
         tomb = np.ascontiguousarray(np.asarray(deleted, dtype=bool)[order]).view(np.uint8)
-        self.segments.insert(0, memory_segment(data, sorted_hashes, tomb,
-                                               None if ts is None else pa.array(ts, pa.int64()),
-                                               None if offsets is None else pa.array(offsets, pa.int64())))
+        self.segments.insert(
+            0,
+            memory_segment(
+                data,
+                sorted_hashes,
+                tomb,
+                None if ts is None else pa.array(ts, pa.int64()),
+                None if offsets is None else pa.array(offsets, pa.int64()),
+            ),
+        )
         self._account()
         memtable = self._memtable_size()
         if memtable >= MEMTABLE_BATCHES or sum(s.rows for s in self.segments[:memtable]) >= MEMTABLE_ROWS:
             self.flush_memtable()
             return
         while True:  # tiered merges inside the memtable keep the number of segments a lookup probes small
-            tiers = [_tier(s) for s in self.segments[:self._memtable_size()]]
-            run = next((i for i in range(len(tiers) - _FANOUT + 1) if len(set(tiers[i:i + _FANOUT])) == 1), None)
+            tiers = [_tier(s) for s in self.segments[: self._memtable_size()]]
+            run = next((i for i in range(len(tiers) - _FANOUT + 1) if len(set(tiers[i : i + _FANOUT])) == 1), None)
             if run is None:
                 return
             self._merge(run, run + _FANOUT, in_memory=True)
@@ -122,7 +151,7 @@ class KvStore(StateReader):
 
     def _account(self) -> None:
         """Recount the bytes of the memtable (for the process budget)."""
-        self.memtable_bytes = sum(s.table.nbytes for s in self.segments[:self._memtable_size()])
+        self.memtable_bytes = sum(s.table.nbytes for s in self.segments[: self._memtable_size()])
 
     def flush_memtable(self) -> None:
         """Write the in-memory segments as one file segment, then compact the files."""
@@ -188,7 +217,7 @@ class KvStore(StateReader):
             if sizes[i] * _FANOUT < sizes[i - 1]:
                 return first + i - 1, first + i + 1
         for i in range(len(sizes) - _FANOUT + 1):
-            if _similar(sizes[i:i + _FANOUT]):
+            if _similar(sizes[i : i + _FANOUT]):
                 return first + i, first + i + _FANOUT
         if len(sizes) > _MAX_SEGMENTS:
             return first, first + len(sizes) // 2 + 1
@@ -212,8 +241,16 @@ class KvStore(StateReader):
         """One segment holding the newest version of every key of `run` (newest first), or None when nothing
         remains (:func:`~fluss_lake.kv.segment_merge.merge_run`); reads only the run, so it may run without the
         lock."""
-        return merge_run(run, schema=self.schema, primary_key=self.primary_key, directory=self.directory,
-                         bottom=bottom, in_memory=in_memory, ttl_ms=self.ttl_ms, clock=self.clock)
+        return merge_run(
+            run,
+            schema=self.schema,
+            primary_key=self.primary_key,
+            directory=self.directory,
+            bottom=bottom,
+            in_memory=in_memory,
+            ttl_ms=self.ttl_ms,
+            clock=self.clock,
+        )
 
     def compact_all(self) -> None:
         """Merge every segment into one (expired rows and tombstones dropped): a full compaction."""
@@ -244,6 +281,6 @@ def _position(segments: list[Segment], run: list[Segment]) -> int | None:
     """Where `run` (the same objects, contiguous) starts in `segments`, or None if it is not there any more."""
     for start, segment in enumerate(segments):
         if segment is run[0]:
-            window = segments[start:start + len(run)]
+            window = segments[start : start + len(run)]
             return start if len(window) == len(run) and all(a is b for a, b in zip(window, run, strict=False)) else None
     return None

@@ -43,10 +43,12 @@ _FinalImage = tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray]
 
 def _locked(method: Callable) -> Callable:
     """Run a tablet method under the bucket's lock (a Table may be shared by threads)."""
+
     @functools.wraps(method)
     def wrapper(self: KvTablet, *args: object, **kwargs: object) -> object:
         with self.lock:
             return method(self, *args, **kwargs)
+
     return wrapper
 
 
@@ -61,11 +63,26 @@ class ChangeImage:
 class KvTablet:
     """State + changelog of one bucket of a primary-key table."""
 
-    def __init__(self, *, store: ObjectStore, table_prefix: str, bucket: int, schema: pl.Schema, schema_id: int,
-                 primary_key: Sequence[str], prefix_key: Sequence[str], local_dir: str, writer_id: str,
-                 clock: Callable[[], int], compression: str | None, compression_level: int | None,
-                 snapshot_every: int = 1_000_000, snapshots_retained: int = 2, kv_ttl_ms: int = 0,
-                 log_grace_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        *,
+        store: ObjectStore,
+        table_prefix: str,
+        bucket: int,
+        schema: pl.Schema,
+        schema_id: int,
+        primary_key: Sequence[str],
+        prefix_key: Sequence[str],
+        local_dir: str,
+        writer_id: str,
+        clock: Callable[[], int],
+        compression: str | None,
+        compression_level: int | None,
+        snapshot_every: int = 1_000_000,
+        snapshots_retained: int = 2,
+        kv_ttl_ms: int = 0,
+        log_grace_s: float = 600.0,
+    ) -> None:
         self.store = store
         self.bucket = bucket
         self.schema = schema
@@ -85,8 +102,14 @@ class KvTablet:
         # local store the published segments live in a folder of the store and are mapped from there directly.
         self._snapshots = KvSnapshots(store, self.kv_prefix)
         self.shared_dir = self._snapshots.shared_dir
-        self.kv = KvStore(os.path.join(local_dir, f"b{bucket:05d}"), schema, self.primary_key, ttl_ms=kv_ttl_ms,
-                          clock=clock, lock=self.lock)
+        self.kv = KvStore(
+            os.path.join(local_dir, f"b{bucket:05d}"),
+            schema,
+            self.primary_key,
+            ttl_ms=kv_ttl_ms,
+            clock=clock,
+            lock=self.lock,
+        )
         self.applied = 0  # next log offset not yet applied to the state
         self.last_snapshot = -1
         self._restore()
@@ -103,7 +126,8 @@ class KvTablet:
                 raise CorruptDataError(
                     f"bucket {self.bucket}: the log starts at offset {self.applied} (older batches expired) but no "
                     "usable state snapshot covers them; the state cannot be rebuilt. Restore the snapshots folder "
-                    "or recreate the table")
+                    "or recreate the table"
+                )
         self.catch_up()
 
     @_locked
@@ -116,9 +140,12 @@ class KvTablet:
                 if batch.rows.num_rows:
                     frame = self._conform(pl.from_arrow(batch.rows))  # type: ignore[arg-type]
                     base = batch.header.base_offset
-                    frames.append(frame.with_columns(
-                        pl.lit(batch.header.commit_ts, pl.Int64).alias(TS_COLUMN),
-                        pl.Series(OFFSET_COLUMN, np.arange(base, base + batch.rows.num_rows, dtype=np.int64))))
+                    frames.append(
+                        frame.with_columns(
+                            pl.lit(batch.header.commit_ts, pl.Int64).alias(TS_COLUMN),
+                            pl.Series(OFFSET_COLUMN, np.arange(base, base + batch.rows.num_rows, dtype=np.int64)),
+                        )
+                    )
                     rows += batch.rows.num_rows
                 if rows >= _REPLAY_CHUNK_ROWS:
                     self._apply_changelog(pl.concat(frames, how="vertical_relaxed"))
@@ -141,8 +168,13 @@ class KvTablet:
         last = distinct(images, list(self.primary_key), keep="last")
         hashes = index_hashes(last, self.primary_key, self.prefix_key)
         deleted = (last.get_column(CHANGE_TYPE_COLUMN) == DELETE).to_numpy()
-        self.kv.apply(hashes, last.drop(CHANGE_TYPE_COLUMN, TS_COLUMN, OFFSET_COLUMN), deleted,
-                      last.get_column(TS_COLUMN).to_numpy(), offsets=last.get_column(OFFSET_COLUMN).to_numpy())
+        self.kv.apply(
+            hashes,
+            last.drop(CHANGE_TYPE_COLUMN, TS_COLUMN, OFFSET_COLUMN),
+            deleted,
+            last.get_column(TS_COLUMN).to_numpy(),
+            offsets=last.get_column(OFFSET_COLUMN).to_numpy(),
+        )
 
     @overload
     def scan_state(self, *, lazy: Literal[False] = ...) -> tuple[pl.DataFrame, int]: ...
@@ -164,9 +196,18 @@ class KvTablet:
     # ------------------------------------------------------------ writes
 
     @_locked
-    def write(self, batch: pl.DataFrame, is_delete: np.ndarray, merger: RowMerger, image: ChangeImage,
-              max_attempts: int = 10_000, *, writer_id: str | None = None, batch_seq: int = -1,
-              skip_unchanged: bool = False) -> BatchHeader:
+    def write(
+        self,
+        batch: pl.DataFrame,
+        is_delete: np.ndarray,
+        merger: RowMerger,
+        image: ChangeImage,
+        max_attempts: int = 10_000,
+        *,
+        writer_id: str | None = None,
+        batch_seq: int = -1,
+        skip_unchanged: bool = False,
+    ) -> BatchHeader:
         """Merge `batch` (rows in write order) and commit its changelog; returns the committed batch header.
 
         With a writer id and batch sequence the write is idempotent: if that batch is already in the log (an
@@ -181,16 +222,32 @@ class KvTablet:
             done = self.log.committed(writer_id, batch_seq)
             if done is not None:
                 return done
-            changelog, final, order = self._merge(batch, hashes, is_delete, merger, image,
-                                                  skip_unchanged and self.kv.ttl_ms <= 0)
+            changelog, final, order = self._merge(
+                batch, hashes, is_delete, merger, image, skip_unchanged and self.kv.ttl_ms <= 0
+            )
             commit_ts = self.log.next_commit_ts(self.clock())
             if isinstance(changelog, pl.DataFrame):
                 changelog = changelog.to_arrow()
-            header = BatchHeader(base, len(changelog), commit_ts, self.schema_id, writer_id, batch_seq=batch_seq,
-                                 deletes=delete_count(changelog))
+            header = BatchHeader(
+                base,
+                len(changelog),
+                commit_ts,
+                self.schema_id,
+                writer_id,
+                batch_seq=batch_seq,
+                deletes=delete_count(changelog),
+            )
             codec, level = self.hot_codec
-            data = encode_batch(rows=changelog, base_offset=base, commit_ts=commit_ts, schema_id=self.schema_id,
-                                writer_id=writer_id, batch_seq=batch_seq, compression=codec, compression_level=level)
+            data = encode_batch(
+                rows=changelog,
+                base_offset=base,
+                commit_ts=commit_ts,
+                schema_id=self.schema_id,
+                writer_id=writer_id,
+                batch_seq=batch_seq,
+                compression=codec,
+                compression_level=level,
+            )
             if self.log.try_append(base, data, header):
                 final_hashes, final_rows, final_deleted, positions = final
                 self.kv.apply(final_hashes, final_rows, final_deleted, commit_ts, order=order, offsets=base + positions)
@@ -198,8 +255,9 @@ class KvTablet:
                 if self.applied - max(self.last_snapshot, 0) >= self.snapshot_every or self._snapshots.due():
                     self.snapshot()
                 return header
-        raise CommitConflictError(f"bucket {self.bucket}: lost the race for the log end {max_attempts} times; "
-                                  "retry the write")
+        raise CommitConflictError(
+            f"bucket {self.bucket}: lost the race for the log end {max_attempts} times; retry the write"
+        )
 
     @property
     def hot_codec(self) -> tuple[str | None, int | None]:
@@ -213,9 +271,15 @@ class KvTablet:
             return "lz4_frame", None
         return self.compression, self.compression_level
 
-    def _merge(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
-               image: ChangeImage, skip_unchanged: bool = False
-               ) -> tuple[pl.DataFrame | pa.Table, _FinalImage, np.ndarray | None]:
+    def _merge(
+        self,
+        batch: pl.DataFrame,
+        hashes: np.ndarray,
+        is_delete: np.ndarray,
+        merger: RowMerger,
+        image: ChangeImage,
+        skip_unchanged: bool = False,
+    ) -> tuple[pl.DataFrame | pa.Table, _FinalImage, np.ndarray | None]:
         """The changelog of a batch (rounds of unique keys merged in write order, see row_merger), the
         final image of every key it changed: (index hashes, rows, deleted mask, position of the key's last record
         in the changelog), and the hash order of that final image when it is known (else None)."""
@@ -227,9 +291,16 @@ class KvTablet:
         changelog, final = self._merge_rounds(batch, hashes, is_delete, merger, image, skip_unchanged)
         return changelog, final, None
 
-    def _merge_distinct(self, batch: pl.DataFrame, hashes: np.ndarray, order: np.ndarray, is_delete: np.ndarray,
-                        merger: RowMerger, image: ChangeImage, skip_unchanged: bool = False
-                        ) -> tuple[pl.DataFrame | pa.Table, _FinalImage, np.ndarray | None]:
+    def _merge_distinct(
+        self,
+        batch: pl.DataFrame,
+        hashes: np.ndarray,
+        order: np.ndarray,
+        is_delete: np.ndarray,
+        merger: RowMerger,
+        image: ChangeImage,
+        skip_unchanged: bool = False,
+    ) -> tuple[pl.DataFrame | pa.Table, _FinalImage, np.ndarray | None]:
         """:meth:`_merge` for a batch whose keys are all distinct (the common case): one merge round, and the
         changelog is gathered in one take (-U of a row right before its +U, rows in batch order)."""
         n = batch.height
@@ -280,8 +351,15 @@ class KvTablet:
         changelog = pa.table([pa.array(types, pa.int8()), *columns], names=[CHANGE_TYPE_COLUMN, *names])
         return changelog, final, final_order
 
-    def _merge_rounds(self, batch: pl.DataFrame, hashes: np.ndarray, is_delete: np.ndarray, merger: RowMerger,
-                      image: ChangeImage, skip_unchanged: bool = False) -> tuple[pl.DataFrame, _FinalImage]:
+    def _merge_rounds(
+        self,
+        batch: pl.DataFrame,
+        hashes: np.ndarray,
+        is_delete: np.ndarray,
+        merger: RowMerger,
+        image: ChangeImage,
+        skip_unchanged: bool = False,
+    ) -> tuple[pl.DataFrame, _FinalImage]:
         """:meth:`_merge` for a batch that may touch a key several times: rounds of distinct keys."""
         key_id, first = _key_ids(batch, hashes, self.primary_key)
         occurrence = _occurrence(key_id)
@@ -298,8 +376,9 @@ class KvTablet:
             identity = rounds == 1 and len(sel) == store.height  # every key once, in first-seen order
             old_pos = position[keys]
             old = store if identity else store[old_pos]
-            outcome = merger.merge(MergeRound(old, pl.Series(exists[keys]), batch if identity else batch[sel],
-                                              pl.Series(is_delete[sel])))
+            outcome = merger.merge(
+                MergeRound(old, pl.Series(exists[keys]), batch if identity else batch[sel], pl.Series(is_delete[sel]))
+            )
             emit = outcome.emit.to_numpy()
             if skip_unchanged:
                 emit = _without_unchanged(emit, old, outcome.after)
@@ -311,13 +390,18 @@ class KvTablet:
             exists[keys] = outcome.after_exists.to_numpy()
         changed = np.flatnonzero(touched)
         keys_of_changed = batch[first[changed]].select(self.primary_key)
-        rows, types, seq, sub = ((np.concatenate(parts) for parts in zip(*records, strict=False)) if records
-                                 else ([],) * 4)
+        rows, types, seq, sub = (
+            (np.concatenate(parts) for parts in zip(*records, strict=False)) if records else ([],) * 4
+        )
         order = np.lexsort((sub, seq)) if len(rows) else np.empty(0, dtype=np.int64)
         last = np.full(len(first), -1, dtype=np.int64)  # changelog position of each key's last record
         np.maximum.at(last, key_id[np.asarray(seq, dtype=np.int64)[order]], np.arange(len(order), dtype=np.int64))
-        final = (hashes[first][changed], store[position[changed]].with_columns(keys_of_changed), ~exists[changed],
-                 last[changed])
+        final = (
+            hashes[first][changed],
+            store[position[changed]].with_columns(keys_of_changed),
+            ~exists[changed],
+            last[changed],
+        )
         if len(rows) == 0:
             return pl.DataFrame(schema={CHANGE_TYPE_COLUMN: pl.Int8, **dict(self.schema)}), final
         changelog = store[rows[order]].select(pl.Series(CHANGE_TYPE_COLUMN, types[order], dtype=pl.Int8), pl.all())
@@ -386,14 +470,21 @@ def _occurrence(key_id: np.ndarray) -> np.ndarray:
     return occurrence
 
 
-def _records(emit: np.ndarray, old_pos: np.ndarray, new_pos: np.ndarray, seq: np.ndarray,
-             image: ChangeImage) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _records(
+    emit: np.ndarray, old_pos: np.ndarray, new_pos: np.ndarray, seq: np.ndarray, image: ChangeImage
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Changelog records of one round as (store row, change type, batch position, order within it)."""
     before = (emit == EMIT_DELETE) | ((emit == EMIT_UPDATE) & (not image.wal))
     after = (emit == EMIT_INSERT) | (emit == EMIT_UPDATE)
     insert_type = UPDATE_AFTER if image.inserts_as_updates else INSERT
-    return (np.concatenate([old_pos[before], new_pos[after]]),
-            np.concatenate([np.where(emit[before] == EMIT_DELETE, DELETE, UPDATE_BEFORE),
-                            np.where(emit[after] == EMIT_INSERT, insert_type, UPDATE_AFTER)]).astype(np.int8),
-            np.concatenate([seq[before], seq[after]]),
-            np.concatenate([np.zeros(before.sum(), np.int8), np.ones(after.sum(), np.int8)]))
+    return (
+        np.concatenate([old_pos[before], new_pos[after]]),
+        np.concatenate(
+            [
+                np.where(emit[before] == EMIT_DELETE, DELETE, UPDATE_BEFORE),
+                np.where(emit[after] == EMIT_INSERT, insert_type, UPDATE_AFTER),
+            ]
+        ).astype(np.int8),
+        np.concatenate([seq[before], seq[after]]),
+        np.concatenate([np.zeros(before.sum(), np.int8), np.ones(after.sum(), np.int8)]),
+    )

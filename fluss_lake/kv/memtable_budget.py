@@ -46,6 +46,7 @@ class MemtableOwner(Protocol):
         """Write the memtable as a file segment."""
         ...
 
+
 #: Default budget: 16 MiB of memtables for the whole process (about 250k rows of a 6-column table).
 DEFAULT_LIMIT_BYTES = 16 << 20
 

@@ -20,8 +20,12 @@ __all__ = ["gather_column", "gather_numpy", "take_rows"]
 
 _IN_ORDER = np.empty(0, dtype=np.int64)  # an empty visiting order: the queries' own order
 
-_VARIABLE = {pa.string(): (4, pa.large_string()), pa.large_string(): (8, pa.large_string()),
-             pa.binary(): (4, pa.large_binary()), pa.large_binary(): (8, pa.large_binary())}
+_VARIABLE = {
+    pa.string(): (4, pa.large_string()),
+    pa.large_string(): (8, pa.large_string()),
+    pa.binary(): (4, pa.large_binary()),
+    pa.large_binary(): (8, pa.large_binary()),
+}
 
 
 def _fixed_width(kind: pa.DataType) -> int:
@@ -34,8 +38,9 @@ def _fixed_width(kind: pa.DataType) -> int:
     return 0
 
 
-def gather_numpy(arrays: Sequence[np.ndarray | None], seg_of: np.ndarray, row_of: np.ndarray, order: np.ndarray,
-                 dtype: np.dtype) -> np.ndarray:
+def gather_numpy(
+    arrays: Sequence[np.ndarray | None], seg_of: np.ndarray, row_of: np.ndarray, order: np.ndarray, dtype: np.dtype
+) -> np.ndarray:
     """``arrays[seg_of[i]][row_of[i]]`` for numpy columns of `dtype` (zero where ``seg_of[i] < 0``)."""
     addresses = np.zeros(len(arrays), dtype=np.uint64)
     for s, array in enumerate(arrays):
@@ -46,8 +51,15 @@ def gather_numpy(arrays: Sequence[np.ndarray | None], seg_of: np.ndarray, row_of
     return out
 
 
-def gather_column(arrays: Sequence[pa.Array | None], involved: Sequence[int], seg_of: np.ndarray,
-                  row_of: np.ndarray, order: np.ndarray, found: np.ndarray, all_found: bool) -> pa.Array | None:
+def gather_column(
+    arrays: Sequence[pa.Array | None],
+    involved: Sequence[int],
+    seg_of: np.ndarray,
+    row_of: np.ndarray,
+    order: np.ndarray,
+    found: np.ndarray,
+    all_found: bool,
+) -> pa.Array | None:
     """One column of the found rows in query order (null where not `found`), or None for unsupported types.
 
     ``arrays[s]`` is the column of segment ``s`` (only the `involved` ones are read); ``seg_of`` must be -1

@@ -27,9 +27,25 @@ from fluss_lake._utils.arrow_pool import pool
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.kv import _kernels  # type: ignore[attr-defined]
 
-__all__ = ["HASH_COLUMN", "INDEX_SUFFIX", "OFFSET_COLUMN", "TOMB_COLUMN", "TS_COLUMN", "Segment", "SegmentIndex",
-           "conform", "index_path", "keys_equal", "memory_segment", "remove_segment_file", "save_index",
-           "segment_table", "single_chunk", "take", "write_segment"]
+__all__ = [
+    "HASH_COLUMN",
+    "INDEX_SUFFIX",
+    "OFFSET_COLUMN",
+    "TOMB_COLUMN",
+    "TS_COLUMN",
+    "Segment",
+    "SegmentIndex",
+    "conform",
+    "index_path",
+    "keys_equal",
+    "memory_segment",
+    "remove_segment_file",
+    "save_index",
+    "segment_table",
+    "single_chunk",
+    "take",
+    "write_segment",
+]
 
 HASH_COLUMN = "__hash"
 TOMB_COLUMN = "__tomb"  # UInt8 on disk (1 = tombstone) so it maps to numpy without a copy
@@ -121,7 +137,7 @@ class SegmentIndex:
         except (FileNotFoundError, ValueError):  # ValueError: an empty file cannot be mapped
             return None
         head = len(_INDEX_MAGIC) + 32
-        if len(mapped) < head or mapped[:len(_INDEX_MAGIC)] != _INDEX_MAGIC:
+        if len(mapped) < head or mapped[: len(_INDEX_MAGIC)] != _INDEX_MAGIC:
             return None
         saved_rows, shift, count, itemsize = (int(v) for v in np.frombuffer(mapped, np.int64, 4, len(_INDEX_MAGIC)))
         if saved_rows != rows or itemsize not in (4, 8) or len(mapped) != head + count * itemsize + (rows + 1) * 4:
@@ -130,13 +146,23 @@ class SegmentIndex:
         fingerprints = np.frombuffer(mapped, np.uint32, rows + 1, head + count * itemsize)
         return cls(starts, fingerprints, shift, rows)
 
-    def probe(self, hashes: np.ndarray, queries: np.ndarray, pending: np.ndarray, seg_of: np.ndarray,
-              row_of: np.ndarray, number: int) -> int:
+    def probe(
+        self,
+        hashes: np.ndarray,
+        queries: np.ndarray,
+        pending: np.ndarray,
+        seg_of: np.ndarray,
+        row_of: np.ndarray,
+        number: int,
+    ) -> int:
         """Look for the ``pending`` queries (positions into ``queries``, visited in that order) in ``hashes``
         (the indexed, mapped column): a hit sets ``seg_of = number`` and ``row_of`` = its first row. The queries
         still missing are moved, in order, to the front of ``pending``; returns their count."""
-        return int(_kernels.probe_indexed(self.starts, self.fingerprints, hashes, self.shift, queries, pending,
-                                          seg_of, row_of, number))
+        return int(
+            _kernels.probe_indexed(
+                self.starts, self.fingerprints, hashes, self.shift, queries, pending, seg_of, row_of, number
+            )
+        )
 
     def bounds(self, query: int) -> tuple[int, int]:
         """The rows ``[lo, hi)`` that may hold one hash (its directory slot), with scalar operations."""
@@ -166,18 +192,30 @@ class Segment:
         """Map a segment file (zero-copy)."""
         table = pa.ipc.open_file(pa.memory_map(path)).read_all()
         # Both index columns are read straight from the mapping: no per-row process memory.
-        hashes = (single_chunk(table.column(HASH_COLUMN)).to_numpy(zero_copy_only=True) if table.num_rows
-                  else np.empty(0, np.uint64))
-        tomb = (single_chunk(table.column(TOMB_COLUMN)).to_numpy(zero_copy_only=True).view(np.bool_) if table.num_rows
-                else np.empty(0, bool))
+        hashes = (
+            single_chunk(table.column(HASH_COLUMN)).to_numpy(zero_copy_only=True)
+            if table.num_rows
+            else np.empty(0, np.uint64)
+        )
+        tomb = (
+            single_chunk(table.column(TOMB_COLUMN)).to_numpy(zero_copy_only=True).view(np.bool_)
+            if table.num_rows
+            else np.empty(0, bool)
+        )
         return cls(os.path.basename(path), path, table, hashes, tomb, table.num_rows)
 
     @classmethod
     def in_memory(cls, frame: pl.DataFrame) -> Segment:
         """A memtable segment from a frame holding hash and tombstone columns, sorted by hash."""
         table = frame.to_arrow()
-        return cls(f"mem-{uuid.uuid4().hex}", None, table, frame.get_column(HASH_COLUMN).to_numpy(),
-                   frame.get_column(TOMB_COLUMN).to_numpy().view(np.bool_), frame.height)
+        return cls(
+            f"mem-{uuid.uuid4().hex}",
+            None,
+            table,
+            frame.get_column(HASH_COLUMN).to_numpy(),
+            frame.get_column(TOMB_COLUMN).to_numpy().view(np.bool_),
+            frame.height,
+        )
 
     @property
     def on_disk(self) -> bool:
@@ -216,8 +254,9 @@ class Segment:
             object.__setattr__(self, "_index", index)
             return index
 
-    def probe(self, queries: np.ndarray, pending: np.ndarray, seg_of: np.ndarray, row_of: np.ndarray,
-              number: int) -> int:
+    def probe(
+        self, queries: np.ndarray, pending: np.ndarray, seg_of: np.ndarray, row_of: np.ndarray, number: int
+    ) -> int:
         """Look for the pending queries in this segment (see :meth:`SegmentIndex.probe`): through the index,
         or by binary search for small segments. Returns how many are still missing."""
         index = self.index()
@@ -283,12 +322,15 @@ def _point_reader(array: pa.Array) -> Callable[[int], object]:
     if array.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)) and len(array):
         return memoryview(array.to_numpy(zero_copy_only=True)).__getitem__
     if array.null_count == 0 and (pa.types.is_large_string(kind) or pa.types.is_string(kind)) and len(array):
-        offsets = memoryview(np.frombuffer(array.buffers()[1], dtype=np.int64 if pa.types.is_large_string(kind)
-                                           else np.int32)[array.offset:array.offset + len(array) + 1])
+        offsets = memoryview(
+            np.frombuffer(array.buffers()[1], dtype=np.int64 if pa.types.is_large_string(kind) else np.int32)[
+                array.offset : array.offset + len(array) + 1
+            ]
+        )
         data = memoryview(array.buffers()[2] or b"")  # no data buffer when every string is empty
 
         def string(pos: int) -> str:
-            return str(data[offsets[pos]:offsets[pos + 1]], "utf-8")
+            return str(data[offsets[pos] : offsets[pos + 1]], "utf-8")
 
         return string
     return lambda pos: array[pos].as_py()
@@ -304,20 +346,31 @@ def single_chunk(column: pa.ChunkedArray) -> pa.Array:
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks(memory_pool=pool())
 
 
-def segment_table(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray,
-                  ts: pa.ChunkedArray | pa.Array | None, offsets: pa.ChunkedArray | pa.Array | None) -> pa.Table:
+def segment_table(
+    data: pa.Table,
+    hashes: np.ndarray,
+    tomb: np.ndarray,
+    ts: pa.ChunkedArray | pa.Array | None,
+    offsets: pa.ChunkedArray | pa.Array | None,
+) -> pa.Table:
     """The on-disk column layout: value columns, then hash, tombstone (UInt8), for tables with ``table.kv.ttl``
     commit time (other tables do not need it: 8 bytes per row less to write and merge), then the changelog offset
     of each row (null when unknown)."""
-    table = (data.append_column(HASH_COLUMN, pa.array(hashes, pa.uint64()))
-             .append_column(TOMB_COLUMN, pa.array(tomb.view(np.uint8), pa.uint8())))
+    table = data.append_column(HASH_COLUMN, pa.array(hashes, pa.uint64())).append_column(
+        TOMB_COLUMN, pa.array(tomb.view(np.uint8), pa.uint8())
+    )
     if ts is not None:
         table = table.append_column(TS_COLUMN, ts)
     return table.append_column(OFFSET_COLUMN, offsets if offsets is not None else pa.nulls(len(hashes), pa.int64()))
 
 
-def memory_segment(data: pa.Table, hashes: np.ndarray, tomb: np.ndarray,
-                   ts: pa.ChunkedArray | pa.Array | None, offsets: pa.ChunkedArray | pa.Array | None) -> Segment:
+def memory_segment(
+    data: pa.Table,
+    hashes: np.ndarray,
+    tomb: np.ndarray,
+    ts: pa.ChunkedArray | pa.Array | None,
+    offsets: pa.ChunkedArray | pa.Array | None,
+) -> Segment:
     """A memtable segment (sorted by hash) built straight from Arrow columns."""
     table = segment_table(data, hashes, tomb, ts, offsets).combine_chunks(memory_pool=pool())
     return Segment(f"mem-{uuid.uuid4().hex}", None, table, hashes, tomb.view(np.bool_), table.num_rows)

@@ -39,8 +39,17 @@ _SYSTEM_VALUES = (TS_COLUMN, OFFSET_COLUMN)  # carried through merges with the r
 _SPILL_MERGE_ROWS = 1_000_000
 
 
-def merge_run(run: list[Segment], *, schema: pl.Schema, primary_key: Sequence[str], directory: str, bottom: bool,
-              in_memory: bool, ttl_ms: int = 0, clock: Callable[[], int] | None = None) -> Segment | None:
+def merge_run(
+    run: list[Segment],
+    *,
+    schema: pl.Schema,
+    primary_key: Sequence[str],
+    directory: str,
+    bottom: bool,
+    in_memory: bool,
+    ttl_ms: int = 0,
+    clock: Callable[[], int] | None = None,
+) -> Segment | None:
     """One segment holding the newest version of every key of `run` (newest first), or None when nothing
     remains; tombstones are dropped at the `bottom` (nothing older). A file segment is written in `directory`,
     a memtable segment kept `in_memory`; with ``table.kv.ttl`` (`ttl_ms`), rows older than ``clock() - ttl_ms``
@@ -49,8 +58,9 @@ def merge_run(run: list[Segment], *, schema: pl.Schema, primary_key: Sequence[st
     segment: Segment | None = None
     if chosen:
         tables = [_data_table(s, schema, ttl_ms) for s in chosen]
-        combined = (pa.concat_tables(tables, promote_options="default", memory_pool=pool()) if len(tables) > 1
-                    else tables[0])
+        combined = (
+            pa.concat_tables(tables, promote_options="default", memory_pool=pool()) if len(tables) > 1 else tables[0]
+        )
         order, sorted_hashes = _merge_order([s.hashes for s in chosen])  # newest version of a key first
         repeat = np.r_[False, sorted_hashes[1:] == sorted_hashes[:-1]]
         keep = ~repeat
@@ -97,8 +107,13 @@ def _data_table(segment: Segment, schema: pl.Schema, ttl_ms: int) -> pa.Table:
     if all(n in present for n in names):
         data = table.select(names)
     else:  # columns added after the segment was written read as null
-        data = pa.table([table.column(n) if n in present else pa.nulls(table.num_rows, _arrow_type(dtype))
-                         for n, dtype in schema.items()], names=names)
+        data = pa.table(
+            [
+                table.column(n) if n in present else pa.nulls(table.num_rows, _arrow_type(dtype))
+                for n, dtype in schema.items()
+            ],
+            names=names,
+        )
     if ttl_ms > 0:
         ts = table.column(TS_COLUMN) if TS_COLUMN in present else pa.nulls(table.num_rows, pa.int64())
         data = data.append_column(TS_COLUMN, ts.cast(pa.int64()))
@@ -152,7 +167,6 @@ def _take_merged(tables: list[pa.Table], selected: np.ndarray) -> pa.Table:
     return pa.table([_take_column(tables, n, source, row) for n in names], names=names)
 
 
-
 def _arrow_type(dtype: pl.DataType) -> pa.DataType:
     """The Arrow type Polars writes for `dtype` (segments are written from Polars frames)."""
     return pl.Series([], dtype=dtype).to_arrow().type
@@ -174,8 +188,9 @@ def _split_system(table: pa.Table) -> tuple[pa.Table, pa.ChunkedArray | None, pa
     return data, columns.get(TS_COLUMN), columns.get(OFFSET_COLUMN)
 
 
-def _write_spilled(directory: str, tables: list[pa.Table], selected: np.ndarray, hashes: np.ndarray,
-                   tomb: np.ndarray) -> Segment:
+def _write_spilled(
+    directory: str, tables: list[pa.Table], selected: np.ndarray, hashes: np.ndarray, tomb: np.ndarray
+) -> Segment:
     """Write rows `selected` of the stacked `tables` (value columns, then the system values they have: commit time,
     changelog offset) as a segment, one column at a time.
 

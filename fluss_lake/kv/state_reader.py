@@ -75,7 +75,7 @@ class StateReader:
         for number, segment in enumerate(self.segments):
             if segment.rows == 0:
                 continue
-            pending = pending[:segment.probe(queries, pending, seg_of, row_of, number)]
+            pending = pending[: segment.probe(queries, pending, seg_of, row_of, number)]
             if pending.size == 0:
                 break
         return seg_of, row_of, order
@@ -106,8 +106,9 @@ class StateReader:
         tomb, stacked, positions = self._take(groups, len(seg_of))
         return hit, tomb, self._align(stacked, positions, len(seg_of))
 
-    def _take(self, groups: list[tuple[int, np.ndarray, np.ndarray]],
-              n: int) -> tuple[np.ndarray, pa.Table | None, np.ndarray]:
+    def _take(
+        self, groups: list[tuple[int, np.ndarray, np.ndarray]], n: int
+    ) -> tuple[np.ndarray, pa.Table | None, np.ndarray]:
         """The rows of each group stacked (segment order), the aligned tombstone mask, and the query position
         of every stacked row."""
         tomb = np.zeros(n, dtype=bool)
@@ -120,13 +121,13 @@ class StateReader:
             tomb[where] = segment.tomb[rows]
             present = set(segment.table.column_names)
             parts.append(take(segment.table.select([c for c in names if c in present]), rows))
-        stacked = (pa.concat_tables(parts, promote_options="default", memory_pool=pool()) if len(parts) > 1
-                   else parts[0])
+        stacked = pa.concat_tables(parts, promote_options="default", memory_pool=pool()) if len(parts) > 1 else parts[0]
         positions = np.concatenate([where for _, where, _ in groups]) if len(groups) > 1 else groups[0][1]
         return tomb, stacked, positions
 
-    def _align(self, stacked: pa.Table | None, positions: np.ndarray, n: int,
-               absent: np.ndarray | None = None) -> pl.DataFrame:
+    def _align(
+        self, stacked: pa.Table | None, positions: np.ndarray, n: int, absent: np.ndarray | None = None
+    ) -> pl.DataFrame:
         """Stacked rows put back in query order; positions with no stacked row (or marked `absent`, a mask
         over the stacked rows) read as all-null rows."""
         if stacked is None or len(positions) == 0:
@@ -135,8 +136,9 @@ class StateReader:
             positions = positions[~absent]
             stacked = stacked.filter(pa.array(~absent))
         k = len(positions)
-        frame = conform(stacked.combine_chunks(memory_pool=pool()) if stacked.column(0).num_chunks > 1 else stacked,
-                        self.schema)
+        frame = conform(
+            stacked.combine_chunks(memory_pool=pool()) if stacked.column(0).num_chunks > 1 else stacked, self.schema
+        )
         if k == n and (n == 1 or bool((positions[1:] > positions[:-1]).all())):
             return frame  # every query hit, already in query order
         order = np.full(n, k, dtype=np.intp)  # row k: the all-null row
@@ -144,8 +146,9 @@ class StateReader:
         frame = frame.vstack(pl.DataFrame(schema=self.schema).clear(1)).rechunk() if k < n else frame
         return frame[order]
 
-    def lookup(self, hashes: np.ndarray, keys: pl.DataFrame, *,
-               with_offsets: bool = False) -> tuple[np.ndarray, pl.DataFrame]:
+    def lookup(
+        self, hashes: np.ndarray, keys: pl.DataFrame, *, with_offsets: bool = False
+    ) -> tuple[np.ndarray, pl.DataFrame]:
         """Current rows for keys (with their index hashes): (found mask, aligned rows, nulls where absent).
 
         Hash collisions between distinct keys are resolved by comparing the key columns (rare slow path). With
@@ -191,8 +194,9 @@ class StateReader:
             valid[where] = taken.is_valid().to_numpy(zero_copy_only=False)
         return pl.Series(OFFSET_COLUMN, pa.array(values, mask=~valid))
 
-    def _gather_found(self, seg_of: np.ndarray, row_of: np.ndarray, order: np.ndarray, involved: list[int],
-                      keys: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame, np.ndarray]:
+    def _gather_found(
+        self, seg_of: np.ndarray, row_of: np.ndarray, order: np.ndarray, involved: list[int], keys: pl.DataFrame
+    ) -> tuple[np.ndarray, pl.DataFrame, np.ndarray]:
         """Rows of the probed positions whose keys match and are not tombstones, aligned with the queries
         (all-null rows elsewhere): (found mask, rows, query positions whose hash matched another key).
 
@@ -204,15 +208,20 @@ class StateReader:
         pk = self.primary_key
         segments = self.segments
         hit = seg_of >= 0
-        tomb = row_gather.gather_numpy([s.tomb.view(np.uint8) if i in involved else None
-                                        for i, s in enumerate(segments)], seg_of, row_of, order,
-                                       np.dtype(np.uint8)).view(np.bool_)
+        tomb = row_gather.gather_numpy(
+            [s.tomb.view(np.uint8) if i in involved else None for i, s in enumerate(segments)],
+            seg_of,
+            row_of,
+            order,
+            np.dtype(np.uint8),
+        ).view(np.bool_)
         key_values = self._integer_keys(keys, involved)
         if key_values is not None:  # every key column is an integer: compare in compiled gathers, no frames
             same = np.ones(n, dtype=bool)
             for name, values in key_values.items():
-                columns = [segments[i].numpy_columns().get(name) if i in involved else None
-                           for i in range(len(segments))]
+                columns = [
+                    segments[i].numpy_columns().get(name) if i in involved else None for i in range(len(segments))
+                ]
                 same &= row_gather.gather_numpy(columns, seg_of, row_of, order, values.dtype) == values
         else:
             same = np.ones(n, dtype=bool)
@@ -258,14 +267,16 @@ class StateReader:
             if not keys.schema[name].is_integer():
                 return None
             values = keys.get_column(name).to_numpy()
-            if any(getattr(self.segments[i].numpy_columns().get(name), "dtype", None) != values.dtype
-                   for i in involved):
+            if any(
+                getattr(self.segments[i].numpy_columns().get(name), "dtype", None) != values.dtype for i in involved
+            ):
                 return None
             out[name] = values
         return out
 
-    def _slow_lookup(self, hashes: np.ndarray, keys: pl.DataFrame, found: np.ndarray, rows: pl.DataFrame,
-                     positions: np.ndarray) -> tuple[np.ndarray, pl.DataFrame]:
+    def _slow_lookup(
+        self, hashes: np.ndarray, keys: pl.DataFrame, found: np.ndarray, rows: pl.DataFrame, positions: np.ndarray
+    ) -> tuple[np.ndarray, pl.DataFrame]:
         """Resolve hash collisions: scan the run of equal hashes in every segment, newest first."""
         found = found.copy()
         replacement: dict[int, dict | None] = {}
@@ -308,8 +319,13 @@ class StateReader:
                 column = segment.columns().get(OFFSET_COLUMN)
                 offsets = take(column, idx) if column is not None else pa.nulls(len(idx), pa.int64())
                 taken = taken.with_columns(pl.Series(OFFSET_COLUMN, offsets))
-            parts.append(taken.with_columns(pl.Series(TOMB_COLUMN, segment.tomb[idx]), pl.lit(rank).alias("__rank"),
-                                            pl.Series("__probe", np.repeat(np.arange(len(lo)), lengths))))
+            parts.append(
+                taken.with_columns(
+                    pl.Series(TOMB_COLUMN, segment.tomb[idx]),
+                    pl.lit(rank).alias("__rank"),
+                    pl.Series("__probe", np.repeat(np.arange(len(lo)), lengths)),
+                )
+            )
         if not parts:
             empty = pl.DataFrame(schema=self.schema)
             if with_offsets:
@@ -323,9 +339,11 @@ class StateReader:
 
     def scan(self) -> pl.DataFrame:
         """All live rows (newest version of each key), in hash order within each segment."""
-        parts = [conform(s.table, self.schema).with_columns(pl.Series(TOMB_COLUMN, s.tomb),
-                                                            pl.lit(rank).alias("__rank"))
-                 for rank, s in enumerate(self.segments) if s.rows]
+        parts = [
+            conform(s.table, self.schema).with_columns(pl.Series(TOMB_COLUMN, s.tomb), pl.lit(rank).alias("__rank"))
+            for rank, s in enumerate(self.segments)
+            if s.rows
+        ]
         if not parts:
             return pl.DataFrame(schema=self.schema)
         if len(parts) == 1:
@@ -342,10 +360,12 @@ class StateReader:
                 continue
             lazy = pl.scan_ipc(segment.path) if segment.path else pl.from_arrow(segment.table).lazy()
             present = set(segment.table.column_names)
-            lazy = lazy.with_columns([pl.lit(None, dtype).alias(n) for n, dtype in self.schema.items()
-                                      if n not in present])
-            parts.append(lazy.select(*names, pl.col(TOMB_COLUMN).cast(pl.Boolean))
-                         .with_columns(pl.lit(rank).alias("__rank")))
+            lazy = lazy.with_columns(
+                [pl.lit(None, dtype).alias(n) for n, dtype in self.schema.items() if n not in present]
+            )
+            parts.append(
+                lazy.select(*names, pl.col(TOMB_COLUMN).cast(pl.Boolean)).with_columns(pl.lit(rank).alias("__rank"))
+            )
         if not parts:
             return pl.LazyFrame(schema=self.schema)
         if len(parts) == 1:
@@ -360,9 +380,9 @@ class StateReader:
         return int((~self.segments[0].tomb).sum()) if self.segments else 0
 
 
-
-def _stacked_keys_equal(stacked: pa.Table, keys: pl.DataFrame, positions: np.ndarray,
-                        primary_key: Sequence[str]) -> np.ndarray:
+def _stacked_keys_equal(
+    stacked: pa.Table, keys: pl.DataFrame, positions: np.ndarray, primary_key: Sequence[str]
+) -> np.ndarray:
     """Whether each stacked row's key equals the query key at its position (hashes matched; keys almost
     always do)."""
     if len(primary_key) == 1:
@@ -375,4 +395,3 @@ def _stacked_keys_equal(stacked: pa.Table, keys: pl.DataFrame, positions: np.nda
     frame = pl.from_arrow(stacked.select(list(primary_key)))
     assert isinstance(frame, pl.DataFrame)
     return keys_equal(frame, keys[positions], primary_key)
-

@@ -57,9 +57,10 @@ def _check_value(schema: pl.Schema, column: str, op: str, value: Any) -> None:
     try:
         pl.DataFrame(schema={column: schema[column]}).filter(_condition_expr(column, op, value))
     except Exception as exc:  # noqa: BLE001 - polars raises several error types for mismatched literals
-        raise InvalidConfigError(f"filter on {column!r} ({fluss_type_name(schema[column])}): value {value!r} cannot be "
-                                 f"compared with the column ({type(exc).__name__}); pass a value of the column's type"
-                                 ) from None
+        raise InvalidConfigError(
+            f"filter on {column!r} ({fluss_type_name(schema[column])}): value {value!r} cannot be "
+            f"compared with the column ({type(exc).__name__}); pass a value of the column's type"
+        ) from None
 
 
 def _condition_expr(column: str, op: str, value: Any) -> pl.Expr:

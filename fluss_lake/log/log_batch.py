@@ -18,8 +18,18 @@ import pyarrow.compute as pc
 from fluss_lake._utils.arrow_pool import pool
 from fluss_lake.exceptions import CorruptDataError
 
-__all__ = ["LogBatch", "CHANGE_TYPE_COLUMN", "encode_batch", "decode_batch", "decode_header", "BatchHeader",
-           "encode_segment", "SegmentReader", "delete_count", "DELETE_CODE"]
+__all__ = [
+    "LogBatch",
+    "CHANGE_TYPE_COLUMN",
+    "encode_batch",
+    "decode_batch",
+    "decode_header",
+    "BatchHeader",
+    "encode_segment",
+    "SegmentReader",
+    "delete_count",
+    "DELETE_CODE",
+]
 
 #: Column holding the change type byte (+A 0, +I 1, -U 2, +U 3, -D 4) as Fluss numbers them.
 CHANGE_TYPE_COLUMN = "_change_type"
@@ -75,9 +85,18 @@ def delete_count(rows: pa.Table) -> int:
     return int(pc.sum(pc.equal(rows.column(CHANGE_TYPE_COLUMN), pa.scalar(DELETE_CODE, pa.int8()))).as_py() or 0)
 
 
-def encode_batch(*, rows: pl.DataFrame | pa.Table, base_offset: int, commit_ts: int, schema_id: int, writer_id: str,
-                 batch_seq: int = -1, stats_columns: tuple[str, ...] = (), compression: str | None = "zstd",
-                 compression_level: int | None = None) -> bytes:
+def encode_batch(
+    *,
+    rows: pl.DataFrame | pa.Table,
+    base_offset: int,
+    commit_ts: int,
+    schema_id: int,
+    writer_id: str,
+    batch_seq: int = -1,
+    stats_columns: tuple[str, ...] = (),
+    compression: str | None = "zstd",
+    compression_level: int | None = None,
+) -> bytes:
     """Serialize a batch (rows already carry the change type column when the table needs one)."""
     if isinstance(rows, pa.Table):
         table = rows
@@ -86,9 +105,17 @@ def encode_batch(*, rows: pl.DataFrame | pa.Table, base_offset: int, commit_ts: 
         table = rows.to_arrow()
         frame = rows
     stats, nulls, nan_columns = _stats_frame(frame, stats_columns) if frame is not None else (None, {}, [])
-    header = {"base_offset": base_offset, "record_count": table.num_rows, "commit_ts": commit_ts,
-              "schema_id": schema_id, "writer_id": writer_id, "null_counts": nulls, "no_stats": nan_columns,
-              "batch_seq": batch_seq, "deletes": delete_count(table)}
+    header = {
+        "base_offset": base_offset,
+        "record_count": table.num_rows,
+        "commit_ts": commit_ts,
+        "schema_id": schema_id,
+        "writer_id": writer_id,
+        "null_counts": nulls,
+        "no_stats": nan_columns,
+        "batch_seq": batch_seq,
+        "deletes": delete_count(table),
+    }
     if stats is not None:
         sink = pa.BufferOutputStream()
         arrow_stats = stats.to_arrow()
@@ -101,8 +128,9 @@ def encode_batch(*, rows: pl.DataFrame | pa.Table, base_offset: int, commit_ts: 
     # Compressed on this thread: buffers that Arrow's thread pool allocates and this thread frees stay resident
     # in Arrow's allocator (measured: 25-30 MB more per writing process), and a batch is small enough that one
     # core compresses it about as fast.
-    ipc_options = pa.ipc.IpcWriteOptions(compression=pa.Codec(codec, compression_level) if codec else None,
-                                         use_threads=False)
+    ipc_options = pa.ipc.IpcWriteOptions(
+        compression=pa.Codec(codec, compression_level) if codec else None, use_threads=False
+    )
     with pa.ipc.new_file(sink, table.schema, options=ipc_options) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
@@ -121,9 +149,18 @@ def _header_from_raw(raw: dict) -> BatchHeader:
     stats = None
     if "stats" in raw:
         stats = pl.from_arrow(pa.ipc.open_stream(pa.py_buffer(base64.b64decode(raw["stats"]))).read_all())
-    return BatchHeader(raw["base_offset"], raw["record_count"], raw["commit_ts"], raw["schema_id"],
-                       raw["writer_id"], raw.get("null_counts", {}), stats,  # type: ignore[arg-type]
-                       tuple(raw.get("no_stats", ())), raw.get("batch_seq", -1), raw.get("deletes"))
+    return BatchHeader(
+        raw["base_offset"],
+        raw["record_count"],
+        raw["commit_ts"],
+        raw["schema_id"],
+        raw["writer_id"],
+        raw.get("null_counts", {}),
+        stats,  # type: ignore[arg-type]
+        tuple(raw.get("no_stats", ())),
+        raw.get("batch_seq", -1),
+        raw.get("deletes"),
+    )
 
 
 def decode_header(source: pa.NativeFile | bytes) -> BatchHeader:
@@ -135,20 +172,24 @@ def decode_header(source: pa.NativeFile | bytes) -> BatchHeader:
 def decode_batch(source: pa.NativeFile | bytes, columns: list[str] | None = None) -> LogBatch:
     """Header and rows; `columns` projects (the change type column is always kept if present)."""
     try:
-        reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source),
-                                  memory_pool=pool())  # decompressed buffers: fluss-lake's pool
+        reader = pa.ipc.open_file(
+            source if not isinstance(source, bytes) else pa.py_buffer(source), memory_pool=pool()
+        )  # decompressed buffers: fluss-lake's pool
         header = _header_from_schema(reader.schema)
         table = reader.read_all()
     except pa.ArrowInvalid as exc:
-        raise CorruptDataError(f"a log batch could not be decoded ({exc}); the store was changed outside fluss-lake") from exc
+        raise CorruptDataError(
+            f"a log batch could not be decoded ({exc}); the store was changed outside fluss-lake"
+        ) from exc
     if columns is not None:
         keep = [c for c in table.column_names if c == CHANGE_TYPE_COLUMN or c in columns]
         table = table.select(keep or table.column_names[:1])  # keep one column so the row count survives
     return LogBatch(header, table.replace_schema_metadata(None))
 
 
-def encode_segment(sources: list[pa.NativeFile | bytes], *, compression: str | None = "zstd",
-                   compression_level: int | None = None) -> tuple[bytes, list[BatchHeader]]:
+def encode_segment(
+    sources: list[pa.NativeFile | bytes], *, compression: str | None = "zstd", compression_level: int | None = None
+) -> tuple[bytes, list[BatchHeader]]:
     """Several consecutive batches (same columns) as one object: one record batch per original batch, their
     headers unchanged in the schema metadata, so offsets, commit times, statistics and writer sequences survive."""
     raws, tables = [], []
@@ -176,8 +217,9 @@ class SegmentReader:
             self._reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source))
             raws = json.loads(self._reader.schema.metadata[_SEGMENT_KEY])
         except (pa.ArrowInvalid, TypeError, KeyError, ValueError) as exc:
-            raise CorruptDataError(f"a log segment could not be decoded ({exc}); the store was changed outside "
-                                   "fluss-lake") from exc
+            raise CorruptDataError(
+                f"a log segment could not be decoded ({exc}); the store was changed outside fluss-lake"
+            ) from exc
         self.headers = [_header_from_raw(r) for r in raws]
 
     def batch(self, index: int, columns: list[str] | None = None) -> LogBatch:

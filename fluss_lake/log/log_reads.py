@@ -19,8 +19,18 @@ from fluss_lake.log.log_source import LogSource
 from fluss_lake.log.log_tablet import LogTablet
 from fluss_lake.metadata.schema import Schema
 
-__all__ = ["read_buckets", "batch_headers", "read_range", "empty_frame", "check_change_types", "check_bucket", "check_range",
-           "check_columns", "CHANGE_TYPE_NAMES", "SYSTEM_COLUMNS"]
+__all__ = [
+    "read_buckets",
+    "batch_headers",
+    "read_range",
+    "empty_frame",
+    "check_change_types",
+    "check_bucket",
+    "check_range",
+    "check_columns",
+    "CHANGE_TYPE_NAMES",
+    "SYSTEM_COLUMNS",
+]
 
 CHANGE_TYPE_NAMES = ["+A", "+I", "-U", "+U", "-D"]
 SYSTEM_COLUMNS = ("_bucket", "_offset", "_change_type", "_commit_timestamp")
@@ -47,31 +57,50 @@ def _batch_frame(source: LogSource, bucket: int, batch: LogBatch, columns: Seque
         else:
             cols.append(pl.Series(name, [None] * n, dtype=schema.column(name).dtype))
     offsets = pl.Series("_offset", np.arange(base, base + n, dtype=np.int64))
-    return pl.DataFrame([
-        pl.Series("_bucket", np.full(n, bucket, dtype=np.int32)),
-        offsets,
-        change,
-        pl.Series("_commit_timestamp", np.full(n, header.commit_ts, dtype=np.int64)).cast(pl.Datetime("ms", "UTC")),
-        *cols,
-    ])
+    return pl.DataFrame(
+        [
+            pl.Series("_bucket", np.full(n, bucket, dtype=np.int32)),
+            offsets,
+            change,
+            pl.Series("_commit_timestamp", np.full(n, header.commit_ts, dtype=np.int64)).cast(pl.Datetime("ms", "UTC")),
+            *cols,
+        ]
+    )
 
 
 def empty_frame(schema: Schema, columns: Sequence[str]) -> pl.DataFrame:
     """No records: the frame a read returns when there are none, with every column typed."""
     dtypes = schema.polars_schema
-    return pl.DataFrame(schema={"_bucket": pl.Int32, "_offset": pl.Int64, "_change_type": _CHANGE_ENUM,
-                                "_commit_timestamp": pl.Datetime("ms", "UTC"), **{c: dtypes[c] for c in columns}})
+    return pl.DataFrame(
+        schema={
+            "_bucket": pl.Int32,
+            "_offset": pl.Int64,
+            "_change_type": _CHANGE_ENUM,
+            "_commit_timestamp": pl.Datetime("ms", "UTC"),
+            **{c: dtypes[c] for c in columns},
+        }
+    )
 
 
-def read_range(source: LogSource, bucket: int, start: int, end: int, columns: Sequence[str],
-                groups: list, stats_needed: set[str], kinds: frozenset[str] | None = None) -> list[pl.DataFrame]:
+def read_range(
+    source: LogSource,
+    bucket: int,
+    start: int,
+    end: int,
+    columns: Sequence[str],
+    groups: list,
+    stats_needed: set[str],
+    kinds: frozenset[str] | None = None,
+) -> list[pl.DataFrame]:
     """Frames for ``[start, end)`` of one bucket with batch skipping and exact row filtering."""
     tablet = source.log_tablet(bucket)
     deletes_only = kinds is not None and kinds <= {"-D"}
     header_filter = None
     if groups or deletes_only:
+
         def header_filter(h: BatchHeader) -> bool:  # a batch whose header rules it out is not read
             return not (deletes_only and h.deletes == 0) and (not groups or may_match(groups, h))
+
     read_cols = list(dict.fromkeys([*columns, *stats_needed]))
     frames = []
     expr = to_expression(groups)
@@ -89,10 +118,16 @@ def read_range(source: LogSource, bucket: int, start: int, end: int, columns: Se
     return frames
 
 
-def read_buckets(source: LogSource, *, start_offsets: Mapping[int, int] | None = None,
-                 end_offsets: Mapping[int, int] | None = None, columns: Sequence[str] | None = None,
-                 filters: Filters | None = None, start_timestamp: int | None = None,
-                 change_types: Sequence[str] | None = None) -> pl.DataFrame:
+def read_buckets(
+    source: LogSource,
+    *,
+    start_offsets: Mapping[int, int] | None = None,
+    end_offsets: Mapping[int, int] | None = None,
+    columns: Sequence[str] | None = None,
+    filters: Filters | None = None,
+    start_timestamp: int | None = None,
+    change_types: Sequence[str] | None = None,
+) -> pl.DataFrame:
     """Bounded read of every bucket from `start_offsets` (default: earliest) to `end_offsets` (default: now).
 
     `start_timestamp` (epoch ms) starts each bucket at its first batch committed at or after that time
@@ -103,7 +138,9 @@ def read_buckets(source: LogSource, *, start_offsets: Mapping[int, int] | None =
     if start_timestamp is not None:
         if start_offsets is not None:
             raise InvalidConfigError("pass start_offsets or start_timestamp, not both")
-        start_offsets = {b: source.log_tablet(b).offset_for_timestamp(start_timestamp) for b in range(source.bucket_num)}
+        start_offsets = {
+            b: source.log_tablet(b).offset_for_timestamp(start_timestamp) for b in range(source.bucket_num)
+        }
     columns = check_columns(source, columns)
     groups = normalize_filters(filters, source.schema.polars_schema)
     needed = {c[0] for g in groups for c in g}
@@ -115,7 +152,9 @@ def read_buckets(source: LogSource, *, start_offsets: Mapping[int, int] | None =
         tablet = source.log_tablet(bucket)
         latest = tablet.refresh()
         end = latest if end_offsets is None or bucket not in end_offsets else end_offsets[bucket]
-        start = tablet.earliest_offset if start_offsets is None or bucket not in start_offsets else start_offsets[bucket]
+        start = (
+            tablet.earliest_offset if start_offsets is None or bucket not in start_offsets else start_offsets[bucket]
+        )
         check_range(tablet, start, latest)
         if end > latest:
             raise OffsetOutOfRangeError(f"bucket {bucket}: end offset {end} is after the log end {latest} (latest)")
@@ -147,8 +186,10 @@ def check_range(tablet: LogTablet, start: int, latest: int) -> None:
     """A start offset must lie within the retained log: [earliest, latest]."""
     earliest = tablet.earliest_offset
     if not earliest <= start <= latest:
-        raise OffsetOutOfRangeError(f"bucket {tablet.bucket}: offset {start} is outside the retained log "
-                                    f"[{earliest}, {latest}]; start from {earliest} (earliest) or {latest} (latest)")
+        raise OffsetOutOfRangeError(
+            f"bucket {tablet.bucket}: offset {start} is outside the retained log "
+            f"[{earliest}, {latest}]; start from {earliest} (earliest) or {latest} (latest)"
+        )
 
 
 def check_columns(source: LogSource, columns: Sequence[str] | None) -> list[str]:
@@ -157,10 +198,10 @@ def check_columns(source: LogSource, columns: Sequence[str] | None) -> list[str]
         return list(source.schema.names)
     unknown = [c for c in columns if c not in source.schema.names]
     if unknown:
-        raise InvalidConfigError(f"unknown column(s) {unknown} in projection; the table has {list(source.schema.names)}")
+        raise InvalidConfigError(
+            f"unknown column(s) {unknown} in projection; the table has {list(source.schema.names)}"
+        )
     return list(columns)
-
-
 
 
 def batch_headers(source: LogSource, bucket: int, *, start_offset: int | None = None) -> list[BatchHeader]:

@@ -257,8 +257,15 @@ class LogTablet:
         header = self._known.writers.get(writer_id)
         return header if header is not None and batch_seq >= 0 and header.batch_seq >= batch_seq else None
 
-    def append(self, build: Callable[[int, int], tuple[bytes, BatchHeader]], clock: Callable[[], int],
-               max_attempts: int = 10_000, *, writer_id: str = "", batch_seq: int = -1) -> BatchHeader:
+    def append(
+        self,
+        build: Callable[[int, int], tuple[bytes, BatchHeader]],
+        clock: Callable[[], int],
+        max_attempts: int = 10_000,
+        *,
+        writer_id: str = "",
+        batch_seq: int = -1,
+    ) -> BatchHeader:
         """Commit a batch whose bytes depend only on its base offset and commit time (log tables).
 
         With a writer id and batch sequence the append is idempotent: a batch already committed is not added again.
@@ -297,8 +304,14 @@ class LogTablet:
                 lo = mid + 1
         return bases[lo] if lo < len(bases) else end
 
-    def read(self, start: int, end: int | None = None, *, columns: list[str] | None = None,
-             header_filter: Callable[[BatchHeader], bool] | None = None) -> Iterator[LogBatch]:
+    def read(
+        self,
+        start: int,
+        end: int | None = None,
+        *,
+        columns: list[str] | None = None,
+        header_filter: Callable[[BatchHeader], bool] | None = None,
+    ) -> Iterator[LogBatch]:
         """Batches overlapping ``[start, end)`` in offset order (rows before `start` cut off).
 
         `header_filter` may skip whole batches from their header alone (statistics-based skipping).
@@ -308,9 +321,11 @@ class LogTablet:
         bases = list(self._known.bases)
         earliest = bases[0] if bases else self._known.end
         if start < earliest or start > self._known.end:
-            raise OffsetOutOfRangeError(f"bucket {self.bucket}: offset {start} is outside the retained log "
-                                        f"[{earliest}, {self._known.end}]; start from {earliest} (earliest) or "
-                                        f"{self._known.end} (latest)")
+            raise OffsetOutOfRangeError(
+                f"bucket {self.bucket}: offset {start} is outside the retained log "
+                f"[{earliest}, {self._known.end}]; start from {earliest} (earliest) or "
+                f"{self._known.end} (latest)"
+            )
         index = max(bisect.bisect_right(bases, start) - 1, 0)
         for base in bases[index:]:
             if base >= stop:
@@ -322,8 +337,10 @@ class LogTablet:
             except FileNotFoundError:
                 with self.lock:
                     self._relist()
-                raise OffsetOutOfRangeError(f"bucket {self.bucket}: offsets from {base} expired (table.log.ttl) "
-                                            f"while reading; start again from {self.earliest_offset} (earliest)") from None
+                raise OffsetOutOfRangeError(
+                    f"bucket {self.bucket}: offsets from {base} expired (table.log.ttl) "
+                    f"while reading; start again from {self.earliest_offset} (earliest)"
+                ) from None
             if base < start or base + batch.rows.num_rows > stop:
                 lo = max(start - base, 0)
                 hi = min(stop - base, batch.rows.num_rows)
@@ -331,8 +348,15 @@ class LogTablet:
             yield batch
 
     # ------------------------------------------------------------ compaction
-    def compact(self, *, now_ms: int, grace_ms: int | None = None, target_rows: int = 1_000_000,
-                target_bytes: int = 64 << 20, compression: str | None = "zstd") -> int:
+    def compact(
+        self,
+        *,
+        now_ms: int,
+        grace_ms: int | None = None,
+        target_rows: int = 1_000_000,
+        target_bytes: int = 64 << 20,
+        compression: str | None = "zstd",
+    ) -> int:
         """Merge runs of consecutive small batches into segment objects without changing any offset.
 
         Only batches committed before ``now_ms - grace_ms`` qualify, never the newest batch, and only runs of batches

@@ -19,12 +19,12 @@ from fluss_lake.keys import point_key
 from fluss_lake.keys.bucketing import buckets_of, split_by_bucket
 from fluss_lake.keys.index_hash import index_hashes, prefix_ranges
 from fluss_lake.kv.kv_store import OFFSET_COLUMN
+from fluss_lake.metadata.conform import conform, to_frame
 from fluss_lake.metadata.descriptor import TableInfo
 from fluss_lake.metadata.partition import PartitionInfo, partition_name_of
 from fluss_lake.metadata.schema import Schema
 from fluss_lake.runtime.table_runtime import TableRuntime
 from fluss_lake.runtime.tablet_set import TabletSet
-from fluss_lake.metadata.conform import conform, to_frame
 
 __all__ = ["Lookuper", "PrefixLookuper"]
 
@@ -84,8 +84,9 @@ def _by_partition(runtime: TableRuntime, keys: pl.DataFrame) -> list[tuple[Table
     """Key rows grouped by partition (work per distinct partition): the partition's tablets (None if it does not
     exist), its keys, and their positions in `keys`."""
     existing = runtime.existing()
-    indexed = keys.with_columns(pl.Series("__pos", np.arange(keys.height)),
-                                runtime.partition_names(keys).alias("__partition"))
+    indexed = keys.with_columns(
+        pl.Series("__pos", np.arange(keys.height)), runtime.partition_names(keys).alias("__partition")
+    )
     groups = []
     for (name,), part in indexed.partition_by("__partition", as_dict=True, maintain_order=True).items():
         groups.append((existing.get(name), part.drop("__pos", "__partition"), part.get_column("__pos").to_numpy()))
@@ -118,8 +119,9 @@ def _lookup_in(tablets: TabletSet, frame: pl.DataFrame, with_found: bool, with_o
         results.append(_with_offsets(part, bucket) if with_offsets else part)
         positions.append(np.arange(n) if where is None else where)
     if not results:
-        out = pl.DataFrame(schema={**info.schema.polars_schema, "_found": pl.Boolean,
-                                   **(_OFFSET_SCHEMA if with_offsets else {})})
+        out = pl.DataFrame(
+            schema={**info.schema.polars_schema, "_found": pl.Boolean, **(_OFFSET_SCHEMA if with_offsets else {})}
+        )
     elif len(results) == 1:  # one bucket: already in key order
         out = results[0]
     else:
@@ -172,10 +174,12 @@ class Lookuper:
         system = _OFFSET_SCHEMA if with_offsets else {}
         for tablets, keys, pos in _by_partition(self.runtime, frame):
             if tablets is None:  # the partition does not exist: no key of it is present
-                rows = keys.with_columns([pl.lit(None, dtype=dt).alias(c) for c, dt in schema.polars_schema.items()
-                                          if c not in keys.columns]).select(schema.names)
-                rows = rows.with_columns(pl.lit(False).alias("_found"),
-                                         *[pl.lit(None, dtype=dt).alias(c) for c, dt in system.items()])
+                rows = keys.with_columns(
+                    [pl.lit(None, dtype=dt).alias(c) for c, dt in schema.polars_schema.items() if c not in keys.columns]
+                ).select(schema.names)
+                rows = rows.with_columns(
+                    pl.lit(False).alias("_found"), *[pl.lit(None, dtype=dt).alias(c) for c, dt in system.items()]
+                )
             else:
                 rows = _lookup_in(tablets, keys, True, with_offsets)
             results.append(rows)
@@ -212,8 +216,9 @@ class Lookuper:
         else:
             tablets = runtime.tablets(self.partition)
         full = point_key.encode_key([key[c] for c in plan.pk], plan.pk_dtypes)
-        bucket_bytes = full if plan.bucket_is_pk else point_key.encode_key(
-            [key[c] for c in plan.bucket_keys], plan.bucket_dtypes)
+        bucket_bytes = (
+            full if plan.bucket_is_pk else point_key.encode_key([key[c] for c in plan.bucket_keys], plan.bucket_dtypes)
+        )
         if full is None or bucket_bytes is None or plan.iceberg:  # other key types: the vectorized path
             frame = _key_frame(runtime.schema, [key], plan.pk)
             row = _lookup_in(tablets, frame, True, False).row(0, named=True)
@@ -245,16 +250,26 @@ class _PointPlan:
     def of(cls, info: TableInfo) -> _PointPlan:
         dtypes = {c.name: c.dtype for c in info.schema.columns}
         pk, bucket_keys = tuple(info.schema.primary_key), tuple(info.bucket_keys)
-        return cls(info, pk, frozenset(pk), tuple(dtypes[c] for c in pk), bucket_keys,
-                   tuple(dtypes[c] for c in bucket_keys), bucket_keys == pk, info.bucket_num, bool(info.prefix_key),
-                   info.options.get(opt.DATALAKE_FORMAT) == "iceberg")
+        return cls(
+            info,
+            pk,
+            frozenset(pk),
+            tuple(dtypes[c] for c in pk),
+            bucket_keys,
+            tuple(dtypes[c] for c in bucket_keys),
+            bucket_keys == pk,
+            info.bucket_num,
+            bool(info.prefix_key),
+            info.options.get(opt.DATALAKE_FORMAT) == "iceberg",
+        )
 
 
 class PrefixLookuper:
     """Look up every current row sharing a bucket-key prefix of the primary key (Fluss prefix lookup)."""
 
-    def __init__(self, runtime: TableRuntime, partition: PartitionInfo | None = None,
-                 columns: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, runtime: TableRuntime, partition: PartitionInfo | None = None, columns: Sequence[str] | None = None
+    ) -> None:
         info = runtime.info
         if not info.is_primary_key_table:
             raise UnsupportedOperationError(f"{info.path} is a log table; prefix lookups need a primary key")
@@ -265,11 +280,14 @@ class PrefixLookuper:
             raise UnsupportedOperationError(
                 f"{info.path}: prefix lookup needs a bucket key that is a strict leading prefix of the primary key "
                 f"{list(info.schema.primary_key)} (bucket key is {list(info.bucket_keys)}); use lookup() "
-                "for full keys")
+                "for full keys"
+            )
         if columns is not None and tuple(columns) != wanted:
-            raise InvalidConfigError(f"prefix lookup columns must be {list(wanted)}, in order (the partition keys, "
-                                     "then the bucket key)" if info.partition_keys else
-                                     f"prefix lookup columns must equal the bucket key {list(prefix)}, in order")
+            raise InvalidConfigError(
+                f"prefix lookup columns must be {list(wanted)}, in order (the partition keys, then the bucket key)"
+                if info.partition_keys
+                else f"prefix lookup columns must equal the bucket key {list(prefix)}, in order"
+            )
         self.runtime = runtime
         self.partition = partition
         self.prefix = prefix

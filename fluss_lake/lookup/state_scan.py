@@ -33,34 +33,41 @@ def bucket_state(runtime: TableRuntime, partition: PartitionInfo | None, bucket:
         raise UnsupportedOperationError(f"{runtime.info.path} is a log table; it has no primary-key state")
     tablets = runtime.tablets(partition)
     if not isinstance(bucket, int) or isinstance(bucket, bool) or not 0 <= bucket < tablets.bucket_num:
-        raise InvalidConfigError(f"bucket {bucket!r} does not exist; {runtime.info.path} has buckets "
-                                 f"0..{tablets.bucket_num - 1}")
+        raise InvalidConfigError(
+            f"bucket {bucket!r} does not exist; {runtime.info.path} has buckets 0..{tablets.bucket_num - 1}"
+        )
     rows, offset = tablets.kv_tablet(bucket).scan_state()
     return BucketState(rows, offset)
 
 
-def read_rows(runtime: TableRuntime, partition: PartitionInfo | None, *,
-              columns: Sequence[str] | None = None) -> pl.DataFrame:
+def read_rows(
+    runtime: TableRuntime, partition: PartitionInfo | None, *, columns: Sequence[str] | None = None
+) -> pl.DataFrame:
     """Current rows: a primary-key table's state, or every row of a log table."""
     schema = runtime.schema
     if not runtime.info.is_primary_key_table:
         names = list(columns or schema.names)
         logs = [read_buckets(tablets, columns=names) for tablets in runtime.scope(partition)]
         return pl.concat(logs, how="vertical").select(names) if logs else empty_frame(schema, names).select(names)
-    parts = [tablets.kv_tablet(b).scan_state()[0] for tablets in runtime.scope(partition)
-             for b in range(tablets.bucket_num)]
+    parts = [
+        tablets.kv_tablet(b).scan_state()[0] for tablets in runtime.scope(partition) for b in range(tablets.bucket_num)
+    ]
     frame = pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=schema.polars_schema)
     assert isinstance(frame, pl.DataFrame)
     return frame.select(columns) if columns else frame
 
 
-def read_lazy(runtime: TableRuntime, partition: PartitionInfo | None, *,
-              columns: Sequence[str] | None = None) -> pl.LazyFrame:
+def read_lazy(
+    runtime: TableRuntime, partition: PartitionInfo | None, *, columns: Sequence[str] | None = None
+) -> pl.LazyFrame:
     """Current rows as a LazyFrame; a primary-key table's state is scanned from its on-disk segments."""
     if not runtime.info.is_primary_key_table:
         return read_rows(runtime, partition, columns=columns).lazy()
-    parts = [tablets.kv_tablet(b).scan_state(lazy=True)[0] for tablets in runtime.scope(partition)
-             for b in range(tablets.bucket_num)]
+    parts = [
+        tablets.kv_tablet(b).scan_state(lazy=True)[0]
+        for tablets in runtime.scope(partition)
+        for b in range(tablets.bucket_num)
+    ]
     if not parts:
         return read_rows(runtime, partition, columns=columns).lazy()
     lazy = pl.concat(parts, how="vertical")
@@ -68,8 +75,9 @@ def read_lazy(runtime: TableRuntime, partition: PartitionInfo | None, *,
     return lazy.select(columns) if columns else lazy
 
 
-def read_limit(runtime: TableRuntime, partition: PartitionInfo | None, limit: int, *,
-               columns: Sequence[str] | None = None) -> pl.DataFrame:
+def read_limit(
+    runtime: TableRuntime, partition: PartitionInfo | None, limit: int, *, columns: Sequence[str] | None = None
+) -> pl.DataFrame:
     """At most `limit` rows, reading only until that many are found (see ``Table.limit_scan``)."""
     if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
         raise InvalidConfigError(f"limit must be a positive integer, not {limit!r}")
@@ -90,8 +98,13 @@ def read_limit(runtime: TableRuntime, partition: PartitionInfo | None, limit: in
                 end = log.refresh()
                 start = max(end - remaining, log.earliest_offset)
                 ends = tablets.end_offsets()  # the other buckets: read nothing
-                part = read_buckets(tablets, start_offsets={**ends, bucket: start}, end_offsets={**ends, bucket: end},
-                                    columns=names).select(names).tail(remaining)
+                part = (
+                    read_buckets(
+                        tablets, start_offsets={**ends, bucket: start}, end_offsets={**ends, bucket: end}, columns=names
+                    )
+                    .select(names)
+                    .tail(remaining)
+                )
             parts.append(part)
             remaining -= part.height
     if not parts:

@@ -30,8 +30,13 @@ NUM_RETENTION = "table.auto-partition.num-retention"
 TIME_ZONE = "table.auto-partition.time-zone"
 
 _UNIT_FORMATS = {"HOUR": "yyyyMMddHH", "DAY": "yyyyMMdd", "MONTH": "yyyyMM", "QUARTER": "yyyyQ", "YEAR": "yyyy"}
-_UNIT_FIELDS = {"YEAR": ("yyyy",), "QUARTER": ("yyyy", "Q"), "MONTH": ("yyyy", "MM"),
-                "DAY": ("yyyy", "MM", "dd"), "HOUR": ("yyyy", "MM", "dd", "HH")}
+_UNIT_FIELDS = {
+    "YEAR": ("yyyy",),
+    "QUARTER": ("yyyy", "Q"),
+    "MONTH": ("yyyy", "MM"),
+    "DAY": ("yyyy", "MM", "dd"),
+    "HOUR": ("yyyy", "MM", "dd", "HH"),
+}
 _TOKEN = re.compile(r"yyyy|MM|dd|HH|Q|[-_]")
 
 
@@ -41,15 +46,19 @@ def _parse_format(pattern: str, unit: str) -> tuple[str, ...]:
     while pos < len(pattern):
         match = _TOKEN.match(pattern, pos)
         if match is None:
-            raise InvalidConfigError(f"{TIME_FORMAT}={pattern!r}: only the fixed-width fields yyyy, Q, MM, dd, HH "
-                                     "and the separators '-' and '_' are allowed (partition values allow no other "
-                                     "characters)")
+            raise InvalidConfigError(
+                f"{TIME_FORMAT}={pattern!r}: only the fixed-width fields yyyy, Q, MM, dd, HH "
+                "and the separators '-' and '_' are allowed (partition values allow no other "
+                "characters)"
+            )
         tokens.append(match.group(0))
         pos = match.end()
     fields = tuple(t for t in tokens if t not in "-_")
     if fields != _UNIT_FIELDS[unit]:
-        raise InvalidConfigError(f"{TIME_FORMAT}={pattern!r} must hold the fields {' '.join(_UNIT_FIELDS[unit])} of "
-                                 f"time unit {unit}, in that order (largest first)")
+        raise InvalidConfigError(
+            f"{TIME_FORMAT}={pattern!r} must hold the fields {' '.join(_UNIT_FIELDS[unit])} of "
+            f"time unit {unit}, in that order (largest first)"
+        )
     return tuple(tokens)
 
 
@@ -84,30 +93,35 @@ class AutoPartitionStrategy:
     time_zone: str
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str], partition_keys: Sequence[str],
-                     dtypes: Mapping[str, pl.DataType]) -> "AutoPartitionStrategy | None":
+    def from_options(
+        cls, options: Mapping[str, str], partition_keys: Sequence[str], dtypes: Mapping[str, pl.DataType]
+    ) -> AutoPartitionStrategy | None:
         """Validate the options against the partition keys; None when the table has no auto-partitioning."""
         given = {k: v for k, v in options.items() if k.startswith(AUTO_PARTITION_PREFIX)}
         if not given:
             return None
         if not partition_keys:
-            raise InvalidConfigError(f"{sorted(given)} need a partitioned table; declare partition_keys or drop the "
-                                     "auto-partition options")
+            raise InvalidConfigError(
+                f"{sorted(given)} need a partitioned table; declare partition_keys or drop the auto-partition options"
+            )
         enabled = given.get(ENABLED, "false").strip().lower()
         if enabled not in ("true", "false"):
             raise InvalidConfigError(f"{ENABLED}={given[ENABLED]!r} must be true or false")
         key = given.get(KEY)
         if key is None:
             if len(partition_keys) > 1:
-                raise InvalidConfigError(f"{KEY} is required when a table has several partition keys "
-                                         f"{list(partition_keys)}; name the time column")
+                raise InvalidConfigError(
+                    f"{KEY} is required when a table has several partition keys "
+                    f"{list(partition_keys)}; name the time column"
+                )
             key = partition_keys[0]
         elif key not in partition_keys:
             raise InvalidConfigError(f"{KEY}={key!r} must be one of the partition keys {list(partition_keys)}")
         unit = given.get(TIME_UNIT, "DAY").strip().upper()
         if unit not in _UNIT_FORMATS:
-            raise InvalidConfigError(f"{TIME_UNIT}={given[TIME_UNIT]!r} is unknown; choose one of "
-                                     f"{list(_UNIT_FORMATS)}")
+            raise InvalidConfigError(
+                f"{TIME_UNIT}={given[TIME_UNIT]!r} is unknown; choose one of {list(_UNIT_FORMATS)}"
+            )
         pattern = given.get(TIME_FORMAT, _UNIT_FORMATS[unit])
         if isinstance(dtypes.get(key), pl.Date):
             if unit != "DAY":
@@ -116,15 +130,18 @@ class AutoPartitionStrategy:
         tokens = _parse_format(pattern, unit)
         precreate = cls._count(given, NUM_PRECREATE, 2 if len(partition_keys) == 1 else 0)
         if len(partition_keys) > 1 and precreate:
-            raise InvalidConfigError(f"{NUM_PRECREATE} must be 0 for a table with several partition keys (the other "
-                                     "keys' values are unknown in advance)")
+            raise InvalidConfigError(
+                f"{NUM_PRECREATE} must be 0 for a table with several partition keys (the other "
+                "keys' values are unknown in advance)"
+            )
         retention = cls._count(given, NUM_RETENTION, 7)
         zone = given.get(TIME_ZONE) or _local_zone()
         try:
             ZoneInfo(zone)
         except (ZoneInfoNotFoundError, ValueError) as exc:
-            raise InvalidConfigError(f"{TIME_ZONE}={zone!r} is not a known time zone (e.g. 'UTC', "
-                                     "'Europe/Berlin')") from exc
+            raise InvalidConfigError(
+                f"{TIME_ZONE}={zone!r} is not a known time zone (e.g. 'UTC', 'Europe/Berlin')"
+            ) from exc
         return cls(enabled == "true", key, unit, tokens, precreate, retention, zone)
 
     @staticmethod
@@ -143,8 +160,13 @@ class AutoPartitionStrategy:
         return _add_months(moment, months * periods)
 
     def _format(self, moment: dt.datetime) -> str:
-        parts = {"yyyy": f"{moment.year:04d}", "MM": f"{moment.month:02d}", "dd": f"{moment.day:02d}",
-                 "HH": f"{moment.hour:02d}", "Q": str((moment.month - 1) // 3 + 1)}
+        parts = {
+            "yyyy": f"{moment.year:04d}",
+            "MM": f"{moment.month:02d}",
+            "dd": f"{moment.day:02d}",
+            "HH": f"{moment.hour:02d}",
+            "Q": str((moment.month - 1) // 3 + 1),
+        }
         return "".join(parts.get(t, t) for t in self.tokens)
 
     def value_at(self, now_ms: int, periods: int = 0) -> str:

@@ -41,17 +41,22 @@ def to_frame(data: Any, schema: Schema) -> pl.DataFrame:
             for name in names:  # Python objects are per row anyway: refuse columns that mix value types
                 kinds = {_kind_of(row[name]) for row in items if row.get(name) is not None}
                 if len(kinds) > 1 and not kinds <= {"int", "float"}:
-                    raise SchemaMismatchError(f"column {name!r} is {schema.column(name).type_name} but the rows mix "
-                                              f"values of types {sorted(kinds)}; send one type per column")
+                    raise SchemaMismatchError(
+                        f"column {name!r} is {schema.column(name).type_name} but the rows mix "
+                        f"values of types {sorted(kinds)}; send one type per column"
+                    )
             columns = []
             for name in names:  # infer the values' own types; conform() then applies the frame cast rules
                 try:
                     columns.append(pl.Series(name, [row.get(name) for row in items], strict=True))
-                except Exception as exc:  # noqa: BLE001 - polars raises several types here
-                    raise SchemaMismatchError(f"column {name!r}: values do not form one type ({exc}); "
-                                              "send one type per column") from exc
+                except Exception as exc:
+                    raise SchemaMismatchError(
+                        f"column {name!r}: values do not form one type ({exc}); send one type per column"
+                    ) from exc
             return pl.DataFrame(columns)
-    raise SchemaMismatchError(f"cannot write {type(data).__name__}; pass a Polars DataFrame, Arrow data or a list of dicts")
+    raise SchemaMismatchError(
+        f"cannot write {type(data).__name__}; pass a Polars DataFrame, Arrow data or a list of dicts"
+    )
 
 
 def _kind_of(value: Any) -> str:
@@ -92,28 +97,45 @@ def _cast(series: pl.Series, target: pl.DataType) -> pl.Series:
     if series.dtype == target:
         return series
     src, dst = _kind(series.dtype), _kind(target)
-    if src == dst and isinstance(target, pl.Datetime) and isinstance(series.dtype, pl.Datetime) \
-            and bool(target.time_zone) != bool(series.dtype.time_zone):
-        raise SchemaMismatchError(f"column {series.name!r} is {fluss_type_name(target)} but the data is "
-                                  f"{series.dtype}; convert time zones explicitly (TIMESTAMP_LTZ takes UTC instants)")
+    if (
+        src == dst
+        and isinstance(target, pl.Datetime)
+        and isinstance(series.dtype, pl.Datetime)
+        and bool(target.time_zone) != bool(series.dtype.time_zone)
+    ):
+        raise SchemaMismatchError(
+            f"column {series.name!r} is {fluss_type_name(target)} but the data is "
+            f"{series.dtype}; convert time zones explicitly (TIMESTAMP_LTZ takes UTC instants)"
+        )
     if src == dst or (src, dst) in _ALLOWED or src == "null" or (src == dst == str(target)):
         try:
             cast = series.cast(target, strict=True)
             if dst == "float" and src in ("float", "int"):  # float casts never fail: refuse new infinities
                 grew = cast.is_infinite() & ~series.cast(pl.Float64).is_infinite()
                 if bool(grew.any()):
-                    raise SchemaMismatchError(f"column {series.name!r}: values are too large for "
-                                              f"{fluss_type_name(target)}; use DOUBLE or smaller values")
+                    raise SchemaMismatchError(
+                        f"column {series.name!r}: values are too large for "
+                        f"{fluss_type_name(target)}; use DOUBLE or smaller values"
+                    )
             return cast
-        except Exception as exc:  # noqa: BLE001
-            raise SchemaMismatchError(f"column {series.name!r}: values do not fit {fluss_type_name(target)} "
-                                      f"({exc.__class__.__name__}); fix the values or the column type") from exc
-    raise SchemaMismatchError(f"column {series.name!r} is {fluss_type_name(target)} but the data is {series.dtype}; "
-                              "cast the data first")
+        except Exception as exc:
+            raise SchemaMismatchError(
+                f"column {series.name!r}: values do not fit {fluss_type_name(target)} "
+                f"({exc.__class__.__name__}); fix the values or the column type"
+            ) from exc
+    raise SchemaMismatchError(
+        f"column {series.name!r} is {fluss_type_name(target)} but the data is {series.dtype}; cast the data first"
+    )
 
 
-def conform(frame: pl.DataFrame, schema: Schema, *, required: Sequence[str], not_null_checked: Sequence[str] = (),
-            key_columns: Sequence[str] = ()) -> pl.DataFrame:
+def conform(
+    frame: pl.DataFrame,
+    schema: Schema,
+    *,
+    required: Sequence[str],
+    not_null_checked: Sequence[str] = (),
+    key_columns: Sequence[str] = (),
+) -> pl.DataFrame:
     """Every table column in order with the table's dtypes; `required` columns must be present.
 
     Missing non-required columns are filled with nulls (partial updates, deletes). Nulls in `key_columns`
@@ -121,12 +143,14 @@ def conform(frame: pl.DataFrame, schema: Schema, *, required: Sequence[str], not
     """
     unknown = [c for c in frame.columns if c not in schema.names]
     if unknown:
-        raise SchemaMismatchError(f"unknown column(s) {unknown}; the table has {list(schema.names)} "
-                                  "(add a column with alter_table first)")
+        raise SchemaMismatchError(
+            f"unknown column(s) {unknown}; the table has {list(schema.names)} (add a column with alter_table first)"
+        )
     missing = [c for c in required if c not in frame.columns]
     if missing:
-        raise SchemaMismatchError(f"missing column(s) {missing}; write every column, or pass target_columns "
-                                  "for a partial update")
+        raise SchemaMismatchError(
+            f"missing column(s) {missing}; write every column, or pass target_columns for a partial update"
+        )
     columns = []
     for column in schema.columns:
         if column.name in frame.columns:
@@ -137,8 +161,9 @@ def conform(frame: pl.DataFrame, schema: Schema, *, required: Sequence[str], not
     for name in key_columns:
         nulls = result.get_column(name).null_count()
         if nulls:
-            raise NullPrimaryKeyError(f"key column {name!r} has {nulls} null value(s); keys must be set, "
-                                      "fill or drop those rows")
+            raise NullPrimaryKeyError(
+                f"key column {name!r} has {nulls} null value(s); keys must be set, fill or drop those rows"
+            )
     for name in not_null_checked:
         if name in key_columns:
             continue

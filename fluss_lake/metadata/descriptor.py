@@ -18,8 +18,20 @@ from fluss_lake.metadata.types import KEY_UNSUPPORTED, is_key_supported
 
 __all__ = ["TableDescriptor", "TableInfo"]
 
-STATS_TYPES = (pl.Boolean, pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.Float32, pl.Float64, pl.String,
-                pl.Decimal, pl.Date, pl.Time, pl.Datetime)
+STATS_TYPES = (
+    pl.Boolean,
+    pl.Int8,
+    pl.Int16,
+    pl.Int32,
+    pl.Int64,
+    pl.Float32,
+    pl.Float64,
+    pl.String,
+    pl.Decimal,
+    pl.Date,
+    pl.Time,
+    pl.Datetime,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,22 +74,34 @@ class TableDescriptor:
             return tuple(k.strip() for k in self.options[opt.BUCKET_KEY].split(",") if k.strip())
         return self.physical_primary_key()
 
-    def validated(self) -> "TableDescriptor":
+    def validated(self) -> TableDescriptor:
         """Check every Fluss rule and return the descriptor with normalized options and defaults filled in."""
         options = opt.normalize_options(self.options)
-        if self.bucket_num is not None and opt.BUCKET_NUM in options and int(options[opt.BUCKET_NUM]) != self.bucket_num:
-            raise InvalidConfigError(f"bucket_num={self.bucket_num} disagrees with option {opt.BUCKET_NUM}="
-                                     f"{options[opt.BUCKET_NUM]!r}; give the bucket count once")
+        if (
+            self.bucket_num is not None
+            and opt.BUCKET_NUM in options
+            and int(options[opt.BUCKET_NUM]) != self.bucket_num
+        ):
+            raise InvalidConfigError(
+                f"bucket_num={self.bucket_num} disagrees with option {opt.BUCKET_NUM}="
+                f"{options[opt.BUCKET_NUM]!r}; give the bucket count once"
+            )
         if self.bucket_keys is not None and opt.BUCKET_KEY in options:
             from_option = tuple(k.strip() for k in options[opt.BUCKET_KEY].split(",") if k.strip())
             if from_option != tuple(self.bucket_keys):
-                raise InvalidConfigError(f"bucket_keys={list(self.bucket_keys)} disagrees with option {opt.BUCKET_KEY}="
-                                         f"{options[opt.BUCKET_KEY]!r}; give the bucket key once")
+                raise InvalidConfigError(
+                    f"bucket_keys={list(self.bucket_keys)} disagrees with option {opt.BUCKET_KEY}="
+                    f"{options[opt.BUCKET_KEY]!r}; give the bucket key once"
+                )
         schema, pk = self.schema, self.schema.primary_key
         names = set(schema.names)
-        bucket_num = self.bucket_num if self.bucket_num is not None else int(options.get(opt.BUCKET_NUM, opt.DEFAULT_BUCKET_NUM))
+        bucket_num = (
+            self.bucket_num if self.bucket_num is not None else int(options.get(opt.BUCKET_NUM, opt.DEFAULT_BUCKET_NUM))
+        )
         if not isinstance(bucket_num, int) or not 1 <= bucket_num <= opt.MAX_BUCKET_NUM:
-            raise InvalidConfigError(f"{opt.BUCKET_NUM}={bucket_num!r} must be an integer from 1 to {opt.MAX_BUCKET_NUM}")
+            raise InvalidConfigError(
+                f"{opt.BUCKET_NUM}={bucket_num!r} must be an integer from 1 to {opt.MAX_BUCKET_NUM}"
+            )
         bucket_keys = self.resolved_bucket_keys()
         for key in bucket_keys:
             if key not in names:
@@ -86,29 +110,37 @@ class TableDescriptor:
             raise InvalidTableError(f"bucket key {list(bucket_keys)} names a column twice")
         for key in (*pk, *bucket_keys):
             if not is_key_supported(schema.column(key).dtype):
-                raise InvalidTableError(f"column {key!r} of type {schema.column(key).type_name} cannot be a "
-                                        f"primary-key or bucket-key column ({KEY_UNSUPPORTED} are not allowed)")
+                raise InvalidTableError(
+                    f"column {key!r} of type {schema.column(key).type_name} cannot be a "
+                    f"primary-key or bucket-key column ({KEY_UNSUPPORTED} are not allowed)"
+                )
         if pk and not set(bucket_keys) <= set(pk):
             raise InvalidTableError(f"bucket key {list(bucket_keys)} must be a subset of the primary key {list(pk)}")
         if options.get(opt.LOG_FORMAT, "arrow") != "arrow":
-            raise InvalidConfigError(f"{opt.LOG_FORMAT}={options[opt.LOG_FORMAT]!r}: only 'ARROW' logs are "
-                                     "implemented; drop the option")
+            raise InvalidConfigError(
+                f"{opt.LOG_FORMAT}={options[opt.LOG_FORMAT]!r}: only 'ARROW' logs are implemented; drop the option"
+            )
         level = options.get(opt.LOG_ZSTD_LEVEL)
         if level is not None and not (level.isdigit() and 1 <= int(level) <= 22):
             raise InvalidConfigError(f"{opt.LOG_ZSTD_LEVEL}={level!r} must be an integer from 1 to 22")
         lake_format = options.get(opt.DATALAKE_FORMAT)
         if lake_format not in (None, "iceberg", "lance"):
-            raise InvalidConfigError(f"{opt.DATALAKE_FORMAT}={lake_format!r} is not supported; use 'iceberg' or leave it unset")
+            raise InvalidConfigError(
+                f"{opt.DATALAKE_FORMAT}={lake_format!r} is not supported; use 'iceberg' or leave it unset"
+            )
         if lake_format == "iceberg" and len(bucket_keys) > 1:
-            raise InvalidConfigError(f"an Iceberg-format table buckets by exactly one column; set {opt.BUCKET_KEY} "
-                                     f"to one of {list(bucket_keys)}")
+            raise InvalidConfigError(
+                f"an Iceberg-format table buckets by exactly one column; set {opt.BUCKET_KEY} "
+                f"to one of {list(bucket_keys)}"
+            )
         self._validate_partitioning(options, bucket_keys)
         if "table.kv.ttl" in options:
             if not pk:
                 raise InvalidConfigError("table.kv.ttl expires primary-key rows; a log table uses table.log.ttl")
             if opt.parse_duration_ms("table.kv.ttl", options["table.kv.ttl"]) <= 0:
-                raise InvalidConfigError("table.kv.ttl must be a positive duration such as '7 d'; leave it unset to "
-                                         "keep rows forever")
+                raise InvalidConfigError(
+                    "table.kv.ttl must be a positive duration such as '7 d'; leave it unset to keep rows forever"
+                )
         options = self._validate_pk_options(options) if pk else self._validate_log_options(options)
         options[opt.BUCKET_NUM] = str(bucket_num)
         if bucket_keys:
@@ -128,19 +160,27 @@ class TableDescriptor:
                 if key not in schema.names:
                     raise InvalidTableError(f"partition key {key!r} is not a column of {list(schema.names)}")
                 if not is_partition_key_type(schema.column(key).dtype):
-                    raise InvalidTableError(f"partition key {key!r} has type {schema.column(key).type_name}; partition "
-                                            f"keys must be one of {', '.join(PARTITION_KEY_TYPES)}")
+                    raise InvalidTableError(
+                        f"partition key {key!r} has type {schema.column(key).type_name}; partition "
+                        f"keys must be one of {', '.join(PARTITION_KEY_TYPES)}"
+                    )
             pk = schema.primary_key
             if pk and not set(keys) <= set(pk):
-                raise InvalidTableError(f"partition keys {list(keys)} must be part of the primary key {list(pk)} "
-                                        "(each key then lives in exactly one partition)")
+                raise InvalidTableError(
+                    f"partition keys {list(keys)} must be part of the primary key {list(pk)} "
+                    "(each key then lives in exactly one partition)"
+                )
             if pk and set(pk) == set(keys):
-                raise InvalidTableError(f"the primary key {list(pk)} must not consist of the partition keys only; add "
-                                        "the column(s) that identify a row inside a partition")
+                raise InvalidTableError(
+                    f"the primary key {list(pk)} must not consist of the partition keys only; add "
+                    "the column(s) that identify a row inside a partition"
+                )
             overlap = [k for k in bucket_keys if k in keys]
             if overlap:
-                raise InvalidTableError(f"bucket key {list(bucket_keys)} must not include partition keys {overlap}: "
-                                        "every row of a partition has the same value there")
+                raise InvalidTableError(
+                    f"bucket key {list(bucket_keys)} must not include partition keys {overlap}: "
+                    "every row of a partition has the same value there"
+                )
         strategy = AutoPartitionStrategy.from_options(options, keys, {c.name: c.dtype for c in schema.columns})
         if strategy is not None and TIME_ZONE not in options:
             options[TIME_ZONE] = strategy.time_zone  # fixed at creation, like Fluss's coordinator defaults
@@ -153,8 +193,10 @@ class TableDescriptor:
                 if name not in self.schema.names:
                     raise InvalidConfigError(f"{opt.STATISTICS_COLUMNS} names unknown column {name!r}")
                 if not isinstance(self.schema.column(name).dtype, STATS_TYPES):
-                    raise InvalidConfigError(f"{opt.STATISTICS_COLUMNS}: column {name!r} of type "
-                                             f"{self.schema.column(name).type_name} has no statistics support")
+                    raise InvalidConfigError(
+                        f"{opt.STATISTICS_COLUMNS}: column {name!r} of type "
+                        f"{self.schema.column(name).type_name} has no statistics support"
+                    )
         return options
 
     def _validate_pk_options(self, options: dict[str, str]) -> dict[str, str]:
@@ -219,7 +261,7 @@ class TableInfo:
         return codec, int(level) if level else (3 if codec == "zstd" else None)
 
     @classmethod
-    def new(cls, path: TablePath, descriptor: TableDescriptor) -> "TableInfo":
+    def new(cls, path: TablePath, descriptor: TableDescriptor) -> TableInfo:
         """A fresh table id and timestamps for a validated descriptor."""
         now = int(time.time() * 1000)
         return cls(uuid.uuid4().hex, path, descriptor, now, now)
@@ -227,17 +269,35 @@ class TableInfo:
     def to_json(self) -> dict:
         """Serializable form, stored as one immutable version file per change."""
         d = self.descriptor
-        return {"table_id": self.table_id, "database": self.path.database, "table": self.path.table,
-                "schema": d.schema.to_json(), "bucket_num": d.bucket_num, "bucket_keys": list(d.bucket_keys or ()),
-                "options": dict(d.options), "comment": d.comment, "partition_keys": list(d.partition_keys),
-                "created_ms": self.created_ms,
-                "modified_ms": self.modified_ms}
+        return {
+            "table_id": self.table_id,
+            "database": self.path.database,
+            "table": self.path.table,
+            "schema": d.schema.to_json(),
+            "bucket_num": d.bucket_num,
+            "bucket_keys": list(d.bucket_keys or ()),
+            "options": dict(d.options),
+            "comment": d.comment,
+            "partition_keys": list(d.partition_keys),
+            "created_ms": self.created_ms,
+            "modified_ms": self.modified_ms,
+        }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "TableInfo":
+    def from_json(cls, data: Mapping) -> TableInfo:
         """Inverse of :meth:`to_json`."""
-        descriptor = TableDescriptor(Schema.from_json(data["schema"]), data["bucket_num"],
-                                     tuple(data["bucket_keys"]), dict(data["options"]), data.get("comment"),
-                                     tuple(data.get("partition_keys", ())))
-        return cls(data["table_id"], TablePath(data["database"], data["table"]), descriptor,
-                   data["created_ms"], data["modified_ms"])
+        descriptor = TableDescriptor(
+            Schema.from_json(data["schema"]),
+            data["bucket_num"],
+            tuple(data["bucket_keys"]),
+            dict(data["options"]),
+            data.get("comment"),
+            tuple(data.get("partition_keys", ())),
+        )
+        return cls(
+            data["table_id"],
+            TablePath(data["database"], data["table"]),
+            descriptor,
+            data["created_ms"],
+            data["modified_ms"],
+        )

@@ -19,19 +19,59 @@ import polars as pl
 
 from fluss_lake.exceptions import InvalidPartitionError
 
-__all__ = ["PartitionInfo", "PARTITION_KEY_TYPES", "is_partition_key_type", "value_string", "partition_name",
-           "partition_names", "partition_name_of", "with_partition_names", "check_partition_value", "spec_of"]
+__all__ = [
+    "PartitionInfo",
+    "PARTITION_KEY_TYPES",
+    "is_partition_key_type",
+    "value_string",
+    "partition_name",
+    "partition_names",
+    "partition_name_of",
+    "with_partition_names",
+    "check_partition_value",
+    "spec_of",
+]
 
 _VALID_VALUE = re.compile(r"^[A-Za-z0-9_\-]{1,200}$")
-PARTITION_KEY_TYPES = ("STRING", "CHAR", "BOOLEAN", "BINARY", "BYTES", "TINYINT", "SMALLINT", "INT", "BIGINT",
-                       "FLOAT", "DOUBLE", "DATE", "TIME", "TIMESTAMP", "TIMESTAMP_LTZ")
+PARTITION_KEY_TYPES = (
+    "STRING",
+    "CHAR",
+    "BOOLEAN",
+    "BINARY",
+    "BYTES",
+    "TINYINT",
+    "SMALLINT",
+    "INT",
+    "BIGINT",
+    "FLOAT",
+    "DOUBLE",
+    "DATE",
+    "TIME",
+    "TIMESTAMP",
+    "TIMESTAMP_LTZ",
+)
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
 def is_partition_key_type(dtype: pl.DataType) -> bool:
     """Whether Fluss allows this column type as a partition key."""
-    return isinstance(dtype, (pl.String, pl.Boolean, pl.Binary, pl.Int8, pl.Int16, pl.Int32, pl.Int64,
-                              pl.Float32, pl.Float64, pl.Date, pl.Time, pl.Datetime))
+    return isinstance(
+        dtype,
+        (
+            pl.String,
+            pl.Boolean,
+            pl.Binary,
+            pl.Int8,
+            pl.Int16,
+            pl.Int32,
+            pl.Int64,
+            pl.Float32,
+            pl.Float64,
+            pl.Date,
+            pl.Time,
+            pl.Datetime,
+        ),
+    )
 
 
 def _java_float(value: float, single: bool) -> str:
@@ -52,10 +92,12 @@ def _java_float(value: float, single: bool) -> str:
 def _timestamp(value: dt.datetime) -> str:
     """``yyyy-MM-dd-HH-mm-ss_`` + the fraction of a second without trailing zeros (Fluss's timestamp form)."""
     if value.tzinfo is not None:
-        value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
     fraction = f"{value.microsecond:06d}".rstrip("0")
-    return f"{value.year:04d}-{value.month:02d}-{value.day:02d}-{value.hour:02d}-{value.minute:02d}-" \
-           f"{value.second:02d}_{fraction}"
+    return (
+        f"{value.year:04d}-{value.month:02d}-{value.day:02d}-{value.hour:02d}-{value.minute:02d}-"
+        f"{value.second:02d}_{fraction}"
+    )
 
 
 def value_string(value: object, dtype: pl.DataType) -> str:
@@ -91,7 +133,8 @@ def check_partition_value(value: str, *, creating: bool = True) -> str:
     if not isinstance(value, str) or not _VALID_VALUE.fullmatch(value):
         raise InvalidPartitionError(
             f"partition value {value!r} is invalid: use 1-200 characters of letters, digits, '_' and '-' "
-            "(floats are written with '_' for '.', e.g. '1_5')")
+            "(floats are written with '_' for '.', e.g. '1_5')"
+        )
     if creating and value.startswith("__"):
         raise InvalidPartitionError(f"partition value {value!r} is invalid: values starting with '__' are reserved")
     return value
@@ -102,8 +145,9 @@ def partition_name(values: Sequence[str]) -> str:
     return "$".join(values)
 
 
-def partition_name_of(row: Mapping[str, object], partition_keys: Sequence[str],
-                      dtypes: Mapping[str, pl.DataType]) -> str:
+def partition_name_of(
+    row: Mapping[str, object], partition_keys: Sequence[str], dtypes: Mapping[str, pl.DataType]
+) -> str:
     """The partition name of one row given as a mapping of its partition columns (a single key's partition).
 
     Examples
@@ -114,9 +158,14 @@ def partition_name_of(row: Mapping[str, object], partition_keys: Sequence[str],
     return partition_name([value_string(row[k], dtypes[k]) for k in partition_keys])
 
 
-def with_partition_names(frame: pl.DataFrame | pl.LazyFrame, partition_keys: Sequence[str],
-                         dtypes: Mapping[str, pl.DataType], *, column: str = "__partition",
-                         check: bool = False) -> pl.LazyFrame:
+def with_partition_names(
+    frame: pl.DataFrame | pl.LazyFrame,
+    partition_keys: Sequence[str],
+    dtypes: Mapping[str, pl.DataType],
+    *,
+    column: str = "__partition",
+    check: bool = False,
+) -> pl.LazyFrame:
     """`frame` (lazily) with a String column `column` holding each row's partition name: the one definition of a
     row's partition, computed once per distinct partition, not per row. With `check`, each value must be one Fluss
     accepts for a new partition.
@@ -138,8 +187,13 @@ def with_partition_names(frame: pl.DataFrame | pl.LazyFrame, partition_keys: Seq
     return lazy.join(named.lazy(), on=keys, how="left", maintain_order="left", nulls_equal=True)
 
 
-def partition_names(frame: pl.DataFrame | pl.LazyFrame, partition_keys: Sequence[str],
-                    dtypes: Mapping[str, pl.DataType], *, check: bool = False) -> pl.Series:
+def partition_names(
+    frame: pl.DataFrame | pl.LazyFrame,
+    partition_keys: Sequence[str],
+    dtypes: Mapping[str, pl.DataType],
+    *,
+    check: bool = False,
+) -> pl.Series:
     """The partition name of every row of `frame` (which holds the partition columns), as a Series.
 
     Examples
@@ -158,12 +212,15 @@ def spec_of(partition_keys: Sequence[str], spec: str | Mapping[str, object]) -> 
     if isinstance(spec, str):
         values = spec.split("$")
         if len(values) != len(partition_keys):
-            raise InvalidPartitionError(f"partition name {spec!r} has {len(values)} value(s); this table is "
-                                        f"partitioned by {list(partition_keys)}")
+            raise InvalidPartitionError(
+                f"partition name {spec!r} has {len(values)} value(s); this table is "
+                f"partitioned by {list(partition_keys)}"
+            )
         return dict(zip(partition_keys, values))
     if not isinstance(spec, Mapping) or set(spec) != set(partition_keys):
-        raise InvalidPartitionError(f"a partition spec must give exactly the partition keys {list(partition_keys)}; "
-                                    f"got {spec!r}")
+        raise InvalidPartitionError(
+            f"a partition spec must give exactly the partition keys {list(partition_keys)}; got {spec!r}"
+        )
     return {k: str(spec[k]) for k in partition_keys}
 
 
@@ -184,17 +241,21 @@ class PartitionInfo:
     created_ms: int
 
     @classmethod
-    def new(cls, partition_keys: Sequence[str], spec: Mapping[str, str], *, created_ms: int) -> "PartitionInfo":
+    def new(cls, partition_keys: Sequence[str], spec: Mapping[str, str], *, created_ms: int) -> PartitionInfo:
         """A fresh partition record for a checked spec."""
         values = [check_partition_value(spec[k]) for k in partition_keys]
         return cls(partition_name(values), {k: spec[k] for k in partition_keys}, uuid.uuid4().hex, created_ms)
 
     def to_json(self) -> dict:
         """Serializable form."""
-        return {"name": self.name, "spec": dict(self.spec), "partition_id": self.partition_id,
-                "created_ms": self.created_ms}
+        return {
+            "name": self.name,
+            "spec": dict(self.spec),
+            "partition_id": self.partition_id,
+            "created_ms": self.created_ms,
+        }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "PartitionInfo":
+    def from_json(cls, data: Mapping) -> PartitionInfo:
         """Inverse of :meth:`to_json`."""
         return cls(data["name"], dict(data["spec"]), data["partition_id"], data["created_ms"])

@@ -16,8 +16,21 @@ __all__ = ["Column", "Schema", "RESERVED_COLUMNS"]
 
 #: Column names Fluss reserves for system columns (``TableDescriptorValidation.checkSystemColumns``), plus the
 #: system columns our scans and lookups add. Every name starting with ``__`` is reserved too (internal columns).
-RESERVED_COLUMNS = frozenset({"__offset", "__timestamp", "__bucket", "_change_type", "_log_offset", "_partition",
-                              "_commit_timestamp", "_bucket", "_offset", "_found", "_key_index"})
+RESERVED_COLUMNS = frozenset(
+    {
+        "__offset",
+        "__timestamp",
+        "__bucket",
+        "_change_type",
+        "_log_offset",
+        "_partition",
+        "_commit_timestamp",
+        "_bucket",
+        "_offset",
+        "_found",
+        "_key_index",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +54,10 @@ def _check_column_name(name: object) -> str:
     if not isinstance(name, str) or not name or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         raise InvalidNameError(f"column name {name!r} is not allowed: use a non-empty name without control characters")
     if name in RESERVED_COLUMNS or name.startswith("__"):
-        raise InvalidNameError(f"column name {name!r} is reserved for a system column "
-                               f"({sorted(RESERVED_COLUMNS)} and every name starting with '__'); rename the column")
+        raise InvalidNameError(
+            f"column name {name!r} is reserved for a system column "
+            f"({sorted(RESERVED_COLUMNS)} and every name starting with '__'); rename the column"
+        )
     return name
 
 
@@ -63,8 +78,13 @@ class Schema:
     highest_column_id: int = field(default=-1, compare=False)
 
     @classmethod
-    def of(cls, columns: Mapping[str, DataTypeLike] | Iterable[Column | tuple] | pl.Schema | pa.Schema, *,
-           primary_key: Sequence[str] = (), not_null: Sequence[str] = ()) -> "Schema":
+    def of(
+        cls,
+        columns: Mapping[str, DataTypeLike] | Iterable[Column | tuple] | pl.Schema | pa.Schema,
+        *,
+        primary_key: Sequence[str] = (),
+        not_null: Sequence[str] = (),
+    ) -> Schema:
         """Build a schema from a mapping ``name -> type``, a Polars/Arrow schema, or Column objects.
 
         Primary-key columns become NOT NULL; `not_null` names further NOT NULL columns.
@@ -90,8 +110,9 @@ class Schema:
             if name in seen:
                 raise InvalidTableError(f"column {name!r} appears twice; column names must be unique")
             seen.add(name)
-            built.append(Column(name, to_polars_dtype(dtype), bool(nullable) and name not in pk
-                                and name not in not_null, index))
+            built.append(
+                Column(name, to_polars_dtype(dtype), bool(nullable) and name not in pk and name not in not_null, index)
+            )
         for name in (*pk, *not_null):
             if name not in seen:
                 raise InvalidTableError(f"key column {name!r} is not in the schema {sorted(seen)}")
@@ -122,7 +143,7 @@ class Schema:
                 return c
         raise KeyError(name)
 
-    def add_column(self, name: str, dtype: DataTypeLike, *, comment: str | None = None) -> "Schema":
+    def add_column(self, name: str, dtype: DataTypeLike, *, comment: str | None = None) -> Schema:
         """A new schema with a nullable column appended (the only evolution Fluss allows)."""
         _check_column_name(name)
         if name in self.names:
@@ -136,16 +157,19 @@ class Schema:
             "schema_id": self.schema_id,
             "primary_key": list(self.primary_key),
             "highest_column_id": self.highest_column_id,
-            "columns": [{"name": c.name, "type": c.type_name, "nullable": c.nullable, "id": c.column_id,
-                         "comment": c.comment} for c in self.columns],
+            "columns": [
+                {"name": c.name, "type": c.type_name, "nullable": c.nullable, "id": c.column_id, "comment": c.comment}
+                for c in self.columns
+            ],
             "arrow": base64.b64encode(self.arrow_schema.serialize().to_pybytes()).decode(),
         }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> "Schema":
+    def from_json(cls, data: Mapping) -> Schema:
         """Inverse of :meth:`to_json`."""
         arrow = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(data["arrow"])))
         dtypes = pl.from_arrow(arrow.empty_table()).schema  # type: ignore[union-attr]
-        cols = tuple(Column(c["name"], dtypes[c["name"]], c["nullable"], c["id"], c.get("comment"))
-                     for c in data["columns"])
+        cols = tuple(
+            Column(c["name"], dtypes[c["name"]], c["nullable"], c["id"], c.get("comment")) for c in data["columns"]
+        )
         return cls(cols, tuple(data["primary_key"]), data["schema_id"], data["highest_column_id"])

@@ -17,7 +17,8 @@ def check_name(kind: str, name: object) -> str:
     if not isinstance(name, str) or not _VALID.fullmatch(name) or name.startswith("__"):
         raise InvalidNameError(
             f"{kind} name {name!r} is not allowed: use 1-200 characters of letters, digits, '_' and '-', "
-            "not starting with '-' or '__' (no '.', '/', spaces or control characters)")
+            "not starting with '-' or '__' (no '.', '/', spaces or control characters)"
+        )
     return name
 
 
@@ -39,7 +40,7 @@ class TablePath:
         check_name("table", self.table)
 
     @classmethod
-    def of(cls, path: "str | TablePath") -> "TablePath":
+    def of(cls, path: str | TablePath) -> TablePath:
         """Parse ``"db.table"`` (or return a TablePath unchanged)."""
         if isinstance(path, TablePath):
             return path

@@ -42,8 +42,10 @@ def _parse(name: str) -> pl.DataType:
     """Parse a Fluss type name."""
     match = _PARAM.match(name.upper())
     if match is None:
-        raise InvalidTableError(f"unknown column type {name!r}; use a Fluss type name such as INT, "
-                                "BIGINT, STRING, DECIMAL(10,2), TIMESTAMP(3), TIMESTAMP_LTZ(6), or a Polars dtype")
+        raise InvalidTableError(
+            f"unknown column type {name!r}; use a Fluss type name such as INT, "
+            "BIGINT, STRING, DECIMAL(10,2), TIMESTAMP(3), TIMESTAMP_LTZ(6), or a Polars dtype"
+        )
     base, p1, p2 = match.group(1), match.group(2), match.group(3)
     if base in _SIMPLE and p1 is None:
         return _SIMPLE[base]
@@ -59,8 +61,10 @@ def _parse(name: str) -> pl.DataType:
         return pl.Datetime(_time_unit(int(p1 if p1 is not None else 6)), "UTC")
     if base == "TIME":
         return pl.Time()
-    raise InvalidTableError(f"unknown column type {name!r}; use a Fluss type name such as INT, BIGINT, "
-                            "STRING, DECIMAL(10,2), TIMESTAMP(3), or a Polars dtype")
+    raise InvalidTableError(
+        f"unknown column type {name!r}; use a Fluss type name such as INT, BIGINT, "
+        "STRING, DECIMAL(10,2), TIMESTAMP(3), or a Polars dtype"
+    )
 
 
 def to_polars_dtype(dtype: DataTypeLike) -> pl.DataType:

@@ -85,8 +85,9 @@ def compact_state(runtime: TableRuntime, partition: PartitionInfo | None) -> Non
             tablets.kv_tablet(bucket).compact()
 
 
-def compact_log(runtime: TableRuntime, partition: PartitionInfo | None, *, now_ms: int | None = None,
-                target_rows: int = 1_000_000) -> int:
+def compact_log(
+    runtime: TableRuntime, partition: PartitionInfo | None, *, now_ms: int | None = None, target_rows: int = 1_000_000
+) -> int:
     """Merge runs of small committed log batches older than the grace period; returns how many were merged."""
     now = runtime.context.clock() if now_ms is None else now_ms
     grace = runtime.context.log_compaction_grace_ms
@@ -94,8 +95,9 @@ def compact_log(runtime: TableRuntime, partition: PartitionInfo | None, *, now_m
     moved = 0
     for tablets in runtime.scope(partition):
         for bucket in range(tablets.bucket_num):
-            moved += tablets.log_tablet(bucket).compact(now_ms=now, grace_ms=grace, target_rows=target_rows,
-                                                        compression=codec)
+            moved += tablets.log_tablet(bucket).compact(
+                now_ms=now, grace_ms=grace, target_rows=target_rows, compression=codec
+            )
     return moved
 
 

@@ -100,15 +100,17 @@ class TableRuntime:
             if self.is_partitioned:
                 raise UnsupportedOperationError(
                     f"{self.info.path} is partitioned: per-bucket operations work on one partition; use "
-                    "table.partition('<name>') (list_partitions() names them) or partition_tables()")
+                    "table.partition('<name>') (list_partitions() names them) or partition_tables()"
+                )
             if self._unpartitioned is None:
                 self._unpartitioned = TabletSet(self.context, self.info, None, writer_id=self.writer_id)
             return self._unpartitioned
         with self._lock:
             cached = self._partitions.get(partition.name)
             if cached is None or cached.partition != partition:  # new, or dropped and created anew
-                cached = self._partitions[partition.name] = TabletSet(self.context, self.info, partition,
-                                                                      writer_id=self.writer_id)
+                cached = self._partitions[partition.name] = TabletSet(
+                    self.context, self.info, partition, writer_id=self.writer_id
+                )
             return cached
 
     def cached_tablets(self, name: str) -> TabletSet | None:
@@ -134,11 +136,11 @@ class TableRuntime:
         """One existing partition by name or spec."""
         return self.context.catalog.get_partition(self.info, spec)
 
-    def create_partition(self, spec: str | Mapping[str, object], *, ignore_if_exists: bool = False,
-                         now_ms: int | None = None) -> PartitionInfo:
+    def create_partition(
+        self, spec: str | Mapping[str, object], *, ignore_if_exists: bool = False, now_ms: int | None = None
+    ) -> PartitionInfo:
         """Create a partition (rejects values past auto-partition retention)."""
-        return self.context.catalog.create_partition(self.info, spec, ignore_if_exists=ignore_if_exists,
-                                                     now_ms=now_ms)
+        return self.context.catalog.create_partition(self.info, spec, ignore_if_exists=ignore_if_exists, now_ms=now_ms)
 
     def drop_partition(self, spec: str | Mapping[str, object], *, ignore_if_not_exists: bool = False) -> None:
         """Drop a partition with its log and state (no delete records)."""

@@ -27,8 +27,9 @@ __all__ = ["TabletSet"]
 class TabletSet:
     """Per-bucket log and state tablets of an unpartitioned table or of one partition."""
 
-    def __init__(self, context: RuntimeContext, info: TableInfo, partition: PartitionInfo | None, *,
-                 writer_id: str) -> None:
+    def __init__(
+        self, context: RuntimeContext, info: TableInfo, partition: PartitionInfo | None, *, writer_id: str
+    ) -> None:
         self.context = context
         self.info = info
         self.partition = partition
@@ -67,9 +68,15 @@ class TabletSet:
             return self.kv_tablet(bucket).log
         tablet = self._logs.get(bucket)
         if tablet is None:
-            tablet = self._logs.setdefault(bucket, LogTablet(
-                self.context.store, layout.log_prefix(self.prefix, bucket), bucket,
-                grace_s=self.context.log_compaction_grace_ms / 1000))
+            tablet = self._logs.setdefault(
+                bucket,
+                LogTablet(
+                    self.context.store,
+                    layout.log_prefix(self.prefix, bucket),
+                    bucket,
+                    grace_s=self.context.log_compaction_grace_ms / 1000,
+                ),
+            )
         return tablet
 
     def kv_tablet(self, bucket: int) -> KvTablet:
@@ -93,12 +100,22 @@ class TabletSet:
         compression, level = info.log_compression
         local = os.path.join(context.local_dir, info.table_id, self.partition.partition_id if self.partition else "")
         return KvTablet(
-            store=context.store, table_prefix=self.prefix, bucket=bucket, schema=info.schema.polars_schema,
-            schema_id=info.schema.schema_id, primary_key=info.schema.primary_key, prefix_key=info.prefix_key,
-            local_dir=local, writer_id=self.writer_id, clock=context.clock, compression=compression,
-            compression_level=level, snapshot_every=context.snapshot_every,
+            store=context.store,
+            table_prefix=self.prefix,
+            bucket=bucket,
+            schema=info.schema.polars_schema,
+            schema_id=info.schema.schema_id,
+            primary_key=info.schema.primary_key,
+            prefix_key=info.prefix_key,
+            local_dir=local,
+            writer_id=self.writer_id,
+            clock=context.clock,
+            compression=compression,
+            compression_level=level,
+            snapshot_every=context.snapshot_every,
             kv_ttl_ms=opt.parse_duration_ms(opt.KV_TTL, info.options.get(opt.KV_TTL, "0ms")),
-            log_grace_s=context.log_compaction_grace_ms / 1000)
+            log_grace_s=context.log_compaction_grace_ms / 1000,
+        )
 
     def end_offsets(self) -> dict[int, int]:
         """Log end offset of every bucket (fresh)."""

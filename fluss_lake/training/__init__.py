@@ -6,11 +6,11 @@ table or from a live table's log, and never imports the lake library. ``docs/TRA
 """
 
 from fluss_lake.training.decision_log import (
-                                              DECISION_LOG_SCHEMA,
-                                              create_decision_log,
-                                              log_decision,
-                                              log_decisions,
-                                              reconstruct_decisions,
+    DECISION_LOG_SCHEMA,
+    create_decision_log,
+    log_decision,
+    log_decisions,
+    reconstruct_decisions,
 )
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import SYSTEM_COLUMNS, history_of
@@ -18,15 +18,15 @@ from fluss_lake.training.state import state_as_of
 from fluss_lake.training.training_set import register_training_set, training_set
 
 __all__ = [
-                                              "DECISION_LOG_SCHEMA",
-                                              "SYSTEM_COLUMNS",
-                                              "FeatureView",
-                                              "create_decision_log",
-                                              "history_of",
-                                              "log_decision",
-                                              "log_decisions",
-                                              "reconstruct_decisions",
-                                              "register_training_set",
-                                              "state_as_of",
-                                              "training_set",
+    "DECISION_LOG_SCHEMA",
+    "SYSTEM_COLUMNS",
+    "FeatureView",
+    "create_decision_log",
+    "history_of",
+    "log_decision",
+    "log_decisions",
+    "reconstruct_decisions",
+    "register_training_set",
+    "state_as_of",
+    "training_set",
 ]

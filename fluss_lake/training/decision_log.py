@@ -28,19 +28,18 @@ from typing import Any
 
 import polars as pl
 
+from fluss_lake.connection import Connection
 from fluss_lake.exceptions import (
     DecisionNotFoundError,
     InvalidConfigError,
     SchemaMismatchError,
 )
+from fluss_lake.metadata.table_path import TablePath
+from fluss_lake.table import Table
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import time_expr
 from fluss_lake.training.training_set import training_set
-from fluss_lake.connection import Connection
-from fluss_lake.metadata.table_path import TablePath
-from fluss_lake.table import Table
 from fluss_lake.write.write_result import WriteResult
-
 
 __all__ = ["DECISION_LOG_SCHEMA", "create_decision_log", "log_decision", "log_decisions", "reconstruct_decisions"]
 
@@ -57,8 +56,14 @@ DECISION_LOG_SCHEMA: dict[str, pl.DataType] = {
 _JSON_COLUMNS = ("entity", "features")
 
 
-def create_decision_log(conn: Connection, path: str | TablePath, *, bucket_num: int | None = None,
-                        options: Mapping[str, object] | None = None, ignore_if_exists: bool = True) -> Table:
+def create_decision_log(
+    conn: Connection,
+    path: str | TablePath,
+    *,
+    bucket_num: int | None = None,
+    options: Mapping[str, object] | None = None,
+    ignore_if_exists: bool = True,
+) -> Table:
     """Create (or open) a decision-log table at `path` with :data:`DECISION_LOG_SCHEMA`, bucketed by request id.
 
     Examples
@@ -69,19 +74,34 @@ def create_decision_log(conn: Connection, path: str | TablePath, *, bucket_num: 
     >>> log.schema.names[:3], log.is_primary_key_table
     (('request_id', 'decision_ts', 'entity'), False)
     """
-    conn.create_table(path, schema=DECISION_LOG_SCHEMA, bucket_num=bucket_num, bucket_keys=["request_id"],
-                      options=options, ignore_if_exists=ignore_if_exists)
+    conn.create_table(
+        path,
+        schema=DECISION_LOG_SCHEMA,
+        bucket_num=bucket_num,
+        bucket_keys=["request_id"],
+        options=options,
+        ignore_if_exists=ignore_if_exists,
+    )
     table = conn.get_table(path)
     if dict(table.schema.polars_schema) != DECISION_LOG_SCHEMA:
-        raise SchemaMismatchError(f"{path} exists but is not a decision log (schema {table.schema.names}); choose "
-                                  "another path")
+        raise SchemaMismatchError(
+            f"{path} exists but is not a decision log (schema {table.schema.names}); choose another path"
+        )
     return table
 
 
-def log_decision(log: Table, *, request_id: str, result: str | None, features: Mapping[str, Any] | str,
-                 entity: Mapping[str, Any] | str | None = None, model_version: str | None = None,
-                 rule_version: str | None = None, reason_codes: Sequence[str] = (),
-                 decision_ts: Any = None) -> WriteResult:
+def log_decision(
+    log: Table,
+    *,
+    request_id: str,
+    result: str | None,
+    features: Mapping[str, Any] | str,
+    entity: Mapping[str, Any] | str | None = None,
+    model_version: str | None = None,
+    rule_version: str | None = None,
+    reason_codes: Sequence[str] = (),
+    decision_ts: Any = None,
+) -> WriteResult:
     """Append one decision (see :func:`log_decisions`); `decision_ts` defaults to now.
 
     Examples
@@ -94,9 +114,21 @@ def log_decision(log: Table, *, request_id: str, result: str | None, features: M
     >>> reconstruct_decisions(log, ["r1"]).select("result", "features").to_dicts()
     [{'result': 'approve', 'features': '{"score": 0.9}'}]
     """
-    return log_decisions(log, [{"request_id": request_id, "decision_ts": decision_ts, "entity": entity,
-                                "features": features, "model_version": model_version, "rule_version": rule_version,
-                                "result": result, "reason_codes": list(reason_codes)}])
+    return log_decisions(
+        log,
+        [
+            {
+                "request_id": request_id,
+                "decision_ts": decision_ts,
+                "entity": entity,
+                "features": features,
+                "model_version": model_version,
+                "rule_version": rule_version,
+                "result": result,
+                "reason_codes": list(reason_codes),
+            }
+        ],
+    )
 
 
 def log_decisions(log: Table, decisions: pl.DataFrame | Sequence[Mapping[str, Any]]) -> WriteResult:
@@ -128,8 +160,9 @@ def _normalize(log: Table, decisions: pl.DataFrame | Sequence[Mapping[str, Any]]
     elif isinstance(decisions, Sequence) and all(isinstance(d, Mapping) for d in decisions):
         unknown = sorted({k for d in decisions for k in d} - set(DECISION_LOG_SCHEMA))
         if unknown:
-            raise SchemaMismatchError(f"decision fields {unknown} are not in the decision log; its fields are "
-                                      f"{list(DECISION_LOG_SCHEMA)}")
+            raise SchemaMismatchError(
+                f"decision fields {unknown} are not in the decision log; its fields are {list(DECISION_LOG_SCHEMA)}"
+            )
         columns = {name: [d.get(name) for d in decisions] for name in DECISION_LOG_SCHEMA}
         for name in _JSON_COLUMNS:  # Python objects already: encode them as such (a DataFrame input stays vectorized)
             columns[name] = [v if v is None or isinstance(v, str) else _dumps(v, name) for v in columns[name]]
@@ -143,8 +176,9 @@ def _normalize(log: Table, decisions: pl.DataFrame | Sequence[Mapping[str, Any]]
         raise SchemaMismatchError("decisions must be a polars DataFrame or a list of dicts")
     unknown = [c for c in frame.columns if c not in DECISION_LOG_SCHEMA]
     if unknown:
-        raise SchemaMismatchError(f"decision columns {unknown} are not in the decision log; its columns are "
-                                  f"{list(DECISION_LOG_SCHEMA)}")
+        raise SchemaMismatchError(
+            f"decision columns {unknown} are not in the decision log; its columns are {list(DECISION_LOG_SCHEMA)}"
+        )
     if "request_id" not in frame.columns or frame["request_id"].null_count():
         raise SchemaMismatchError("every decision needs a request_id")
     exprs = []
@@ -172,12 +206,15 @@ def _normalize(log: Table, decisions: pl.DataFrame | Sequence[Mapping[str, Any]]
 def _dumps(value: Any, name: str) -> str:
     """JSON of one dict (keys sorted, times as ISO strings)."""
     if not isinstance(value, Mapping):
-        raise SchemaMismatchError(f"decision field {name!r} must be a dict or a JSON string, got {type(value).__name__}")
+        raise SchemaMismatchError(
+            f"decision field {name!r} must be a dict or a JSON string, got {type(value).__name__}"
+        )
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def reconstruct_decisions(log: Table, request_ids: Sequence[str] | None = None, *,
-                          views: FeatureView | Sequence[FeatureView] | None = None) -> pl.DataFrame:
+def reconstruct_decisions(
+    log: Table, request_ids: Sequence[str] | None = None, *, views: FeatureView | Sequence[FeatureView] | None = None
+) -> pl.DataFrame:
     """Decisions as logged (in the order asked); with `views`, also the features recomputed as of each decision.
 
     With views, the ``entity`` JSON gives the entity keys and ``decision_ts`` the prediction time, the views'

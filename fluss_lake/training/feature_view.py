@@ -10,9 +10,8 @@ import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 from fluss_lake.options import parse_duration_ms
-from fluss_lake.training.history import ALL_SYSTEM_COLUMNS, check_history, history_of
 from fluss_lake.table import Table
-
+from fluss_lake.training.history import ALL_SYSTEM_COLUMNS, check_history, history_of
 
 __all__ = ["FeatureView"]
 
@@ -73,8 +72,9 @@ class FeatureView:
     def __post_init__(self) -> None:
         label = self.label
         if not isinstance(self.history, pl.LazyFrame | pl.DataFrame):
-            raise InvalidConfigError(f"{label}: history must be a polars LazyFrame or DataFrame, got "
-                                     f"{type(self.history).__name__}")
+            raise InvalidConfigError(
+                f"{label}: history must be a polars LazyFrame or DataFrame, got {type(self.history).__name__}"
+            )
         for attr in ("keys", "features", "entity_keys"):
             value = getattr(self, attr)
             if isinstance(value, str):
@@ -83,22 +83,30 @@ class FeatureView:
         if not self.keys:
             raise InvalidConfigError(f"{label}: keys must name at least one key column")
         if self.entity_keys is not None and len(self.entity_keys) != len(self.keys):
-            raise InvalidConfigError(f"{label}: entity_keys {list(self.entity_keys)} must pair with keys "
-                                     f"{list(self.keys)} position by position")
+            raise InvalidConfigError(
+                f"{label}: entity_keys {list(self.entity_keys)} must pair with keys "
+                f"{list(self.keys)} position by position"
+            )
         ttl = self.ttl
         if isinstance(ttl, str):
             ttl = timedelta(milliseconds=parse_duration_ms("ttl", ttl))
         if ttl is not None and (not isinstance(ttl, timedelta) or ttl < timedelta(0)):
-            raise InvalidConfigError(f"{label}: ttl={self.ttl!r} must be a non-negative timedelta or a duration "
-                                     "such as '7 d'")
+            raise InvalidConfigError(
+                f"{label}: ttl={self.ttl!r} must be a non-negative timedelta or a duration such as '7 d'"
+            )
         object.__setattr__(self, "ttl", ttl)
         if self.committed_only and self.event_time is None:
-            raise InvalidConfigError(f"{label}: committed_only applies to event-time mode; set event_time= too "
-                                     "(commit-time mode only ever sees committed values)")
+            raise InvalidConfigError(
+                f"{label}: committed_only applies to event-time mode; set event_time= too "
+                "(commit-time mode only ever sees committed values)"
+            )
         schema = self.history.collect_schema()
         object.__setattr__(self, "_schema", schema)
-        check_history(schema, what=label, needed=(*self.keys, *(self.features or ()),
-                                                  *((self.event_time,) if self.event_time else ())))
+        check_history(
+            schema,
+            what=label,
+            needed=(*self.keys, *(self.features or ()), *((self.event_time,) if self.event_time else ())),
+        )
         if self.features is None:
             skip = {*self.keys, *ALL_SYSTEM_COLUMNS}
             object.__setattr__(self, "features", tuple(c for c in schema if c not in skip))
@@ -125,10 +133,18 @@ class FeatureView:
         return list(zip(self.entity_keys or self.keys, self.keys, strict=True))
 
     @classmethod
-    def from_table(cls, table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None,
-                   features: Sequence[str] | None = None, entity_keys: Sequence[str] | None = None,
-                   event_time: str | None = None, committed_only: bool = False,
-                   ttl: timedelta | str | None = None, prefix: str = "") -> FeatureView:
+    def from_table(
+        cls,
+        table: Table,
+        *,
+        lake: pl.LazyFrame | pl.DataFrame | None = None,
+        features: Sequence[str] | None = None,
+        entity_keys: Sequence[str] | None = None,
+        event_time: str | None = None,
+        committed_only: bool = False,
+        ttl: timedelta | str | None = None,
+        prefix: str = "",
+    ) -> FeatureView:
         """A view of a live primary-key table keyed by its primary key (history: `lake` + the live tail).
 
         Examples
@@ -139,6 +155,14 @@ class FeatureView:
         >>> FeatureView.from_table(conn.get_table("d.customer"), prefix="customer__").output_names()
         ['customer__tier']
         """
-        return cls(history_of(table, lake=lake), keys=table.schema.primary_key, features=features,
-                   entity_keys=entity_keys, event_time=event_time, committed_only=committed_only, ttl=ttl,
-                   prefix=prefix, name=str(table.path))
+        return cls(
+            history_of(table, lake=lake),
+            keys=table.schema.primary_key,
+            features=features,
+            entity_keys=entity_keys,
+            event_time=event_time,
+            committed_only=committed_only,
+            ttl=ttl,
+            prefix=prefix,
+            name=str(table.path),
+        )

@@ -37,7 +37,6 @@ from fluss_lake.exceptions import (
 from fluss_lake.metadata.partition import with_partition_names
 from fluss_lake.table import Table
 
-
 __all__ = [
     "BUCKET",
     "CHANGE_TYPE",
@@ -78,7 +77,8 @@ def check_history(schema: Mapping[str, pl.DataType], *, what: str, needed: tuple
         raise SchemaMismatchError(
             f"{what}: the history frame lacks column(s) {missing}; a history frame has the table's columns plus "
             f"{list(SYSTEM_COLUMNS)} (build one with fluss_lake.training.history_of(table) or take the lake's "
-            f"history table)")
+            f"history table)"
+        )
     if not isinstance(schema[TIMESTAMP], pl.Datetime):
         raise SchemaMismatchError(f"{what}: {TIMESTAMP} is {schema[TIMESTAMP]}, expected a Datetime (UTC commit time)")
 
@@ -113,8 +113,9 @@ def as_utc(value: datetime | date | str, *, what: str) -> datetime:
     raise SchemaMismatchError(f"{what}={value!r}: pass a datetime (naive counts as UTC), a date or an ISO string")
 
 
-def with_partition_name(frame: pl.LazyFrame, partition_keys: Sequence[str], dtypes: Mapping[str, pl.DataType], *,
-                        column: str = PARTITION) -> pl.LazyFrame:
+def with_partition_name(
+    frame: pl.LazyFrame, partition_keys: Sequence[str], dtypes: Mapping[str, pl.DataType], *, column: str = PARTITION
+) -> pl.LazyFrame:
     """`frame` with a String column `column` holding each row's Fluss partition name (work per partition).
 
     Examples
@@ -132,7 +133,10 @@ def _live_changelog(table: Table, start_offsets: Mapping | None) -> pl.DataFrame
     partition = [pl.col("_partition").cast(pl.String).alias(PARTITION)] if table.is_partitioned else []
     return log.select(
         *table.schema.names,
-        pl.col("_change_type").cast(pl.String).replace_strict(_FROM_CHANGELOG, return_dtype=pl.String).alias(CHANGE_TYPE),
+        pl.col("_change_type")
+        .cast(pl.String)
+        .replace_strict(_FROM_CHANGELOG, return_dtype=pl.String)
+        .alias(CHANGE_TYPE),
         *partition,
         pl.col("_bucket").cast(pl.Int32).alias(BUCKET),
         pl.col("_log_offset").cast(pl.Int64).alias(OFFSET),
@@ -165,11 +169,14 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
     ['+I', '-D']
     """
     if not table.is_primary_key_table:
-        raise UnsupportedOperationError(f"{table.path} is a log table; history (and training sets, state as of a "
-                                        "time) need a primary-key table")
+        raise UnsupportedOperationError(
+            f"{table.path} is a log table; history (and training sets, state as of a time) need a primary-key table"
+        )
     if table.partition_info is not None:
-        raise UnsupportedOperationError(f"history_of takes the whole table {table.path}, not the handle of partition "
-                                        f"{table.partition_name!r}; filter the frame on __partition instead")
+        raise UnsupportedOperationError(
+            f"history_of takes the whole table {table.path}, not the handle of partition "
+            f"{table.partition_name!r}; filter the frame on __partition instead"
+        )
     partitioned = table.is_partitioned
     earliest = table.earliest_offsets()
     if lake is None:
@@ -178,7 +185,8 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
             raise IncompleteHistoryError(
                 f"{table.path}: the live log of bucket(s) {sorted(gaps)} starts at offset(s) {gaps}, not 0 "
                 "(table.log.ttl expired older changes); pass the tiered lake history as lake= so the history is "
-                "complete")
+                "complete"
+            )
         return _live_changelog(table, None).lazy()
     lake = lake.lazy()
     schema = lake.collect_schema()
@@ -186,19 +194,27 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
     if partitioned and PARTITION not in schema:
         missing = [k for k in table.partition_keys if k not in schema]
         if missing:
-            raise SchemaMismatchError(f"lake history of {table.path} lacks partition column(s) {missing} and "
-                                      f"{PARTITION}; pass the lake's history table (tiering.read_history)")
+            raise SchemaMismatchError(
+                f"lake history of {table.path} lacks partition column(s) {missing} and "
+                f"{PARTITION}; pass the lake's history table (tiering.read_history)"
+            )
         lake = with_partition_name(lake, table.partition_keys, schema)
         schema = lake.collect_schema()
     elif not partitioned and PARTITION in schema:
-        raise SchemaMismatchError(f"{table.path} is not partitioned but the lake history has {PARTITION}; "
-                                  "is it the history of another table?")
+        raise SchemaMismatchError(
+            f"{table.path} is not partitioned but the lake history has {PARTITION}; is it the history of another table?"
+        )
     if partitioned:  # lake records of an older incarnation of a partition name do not count for its offsets
-        created = pl.LazyFrame({PARTITION: [p.name for p in table.list_partitions()],
-                                "__created": [p.created_ms for p in table.list_partitions()]},
-                               schema={PARTITION: pl.String, "__created": pl.Int64})
+        created = pl.LazyFrame(
+            {
+                PARTITION: [p.name for p in table.list_partitions()],
+                "__created": [p.created_ms for p in table.list_partitions()],
+            },
+            schema={PARTITION: pl.String, "__created": pl.Int64},
+        )
         current = lake.join(created, on=PARTITION, how="inner").filter(
-            pl.col(TIMESTAMP).cast(HISTORY_TIME_DTYPE).dt.epoch("ms") >= pl.col("__created"))
+            pl.col(TIMESTAMP).cast(HISTORY_TIME_DTYPE).dt.epoch("ms") >= pl.col("__created")
+        )
         ends = current.group_by(PARTITION, BUCKET).agg(pl.col(OFFSET).max() + 1).collect()
         lake_end = {(p, b): o for p, b, o in ends.select(PARTITION, BUCKET, OFFSET).iter_rows()}
     else:
@@ -210,10 +226,14 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
         raise IncompleteHistoryError(
             f"{table.path}: the lake history ends before the live log starts in bucket(s) {gaps} "
             "((lake next offset, live earliest offset)); the log expired before it was tiered. Tier more often "
-            "than table.log.ttl, or raise the TTL")
+            "than table.log.ttl, or raise the TTL"
+        )
     live = _live_changelog(table, start).lazy()
     columns = [*table.schema.names, CHANGE_TYPE, *([PARTITION] if partitioned else []), BUCKET, OFFSET, TIMESTAMP]
     lake_part = lake.select([c for c in columns if c in schema]).with_columns(
-        pl.col(TIMESTAMP).cast(HISTORY_TIME_DTYPE), pl.col(BUCKET).cast(pl.Int32), pl.col(OFFSET).cast(pl.Int64),
-        pl.col(CHANGE_TYPE).cast(pl.String))
+        pl.col(TIMESTAMP).cast(HISTORY_TIME_DTYPE),
+        pl.col(BUCKET).cast(pl.Int32),
+        pl.col(OFFSET).cast(pl.Int64),
+        pl.col(CHANGE_TYPE).cast(pl.String),
+    )
     return pl.concat([lake_part, live], how="diagonal_relaxed").select(columns)

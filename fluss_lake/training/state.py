@@ -8,6 +8,7 @@ from datetime import date, datetime
 import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError
+from fluss_lake.table import Table
 from fluss_lake.training.history import (
     ALL_SYSTEM_COLUMNS,
     BUCKET,
@@ -23,15 +24,18 @@ from fluss_lake.training.history import (
     time_expr,
     time_unit,
 )
-from fluss_lake.table import Table
-
 
 __all__ = ["state_as_of"]
 
 
-def state_as_of(history: pl.LazyFrame | pl.DataFrame | Table, *, primary_key: Sequence[str] | None = None,
-                timestamp: datetime | date | str | None = None, offsets: Mapping[int, int] | None = None,
-                lake: pl.LazyFrame | pl.DataFrame | None = None) -> pl.LazyFrame:
+def state_as_of(
+    history: pl.LazyFrame | pl.DataFrame | Table,
+    *,
+    primary_key: Sequence[str] | None = None,
+    timestamp: datetime | date | str | None = None,
+    offsets: Mapping[int, int] | None = None,
+    lake: pl.LazyFrame | pl.DataFrame | None = None,
+) -> pl.LazyFrame:
     """Every live row of a primary-key table as it stood at `timestamp` or at the log `offsets`.
 
     Parameters
@@ -71,7 +75,9 @@ def state_as_of(history: pl.LazyFrame | pl.DataFrame | Table, *, primary_key: Se
     elif lake is not None:
         raise InvalidConfigError("lake= goes with a live Table; with a history frame, concatenate it yourself")
     if not isinstance(history, pl.LazyFrame | pl.DataFrame):
-        raise InvalidConfigError(f"history must be a history frame or a primary-key Table, got {type(history).__name__}")
+        raise InvalidConfigError(
+            f"history must be a history frame or a primary-key Table, got {type(history).__name__}"
+        )
     if not primary_key:
         raise InvalidConfigError("state_as_of needs primary_key= (the key columns of the history frame)")
     primary_key = [primary_key] if isinstance(primary_key, str) else list(primary_key)
@@ -86,8 +92,13 @@ def state_as_of(history: pl.LazyFrame | pl.DataFrame | Table, *, primary_key: Se
     if offsets is not None:
         partitioned = PARTITION in schema
         if partitioned:  # (partition name, bucket) keys, as a partitioned table's end_offsets()
-            bad = {b: o for b, o in offsets.items() if not (isinstance(b, tuple) and len(b) == 2
-                   and isinstance(b[0], str) and isinstance(b[1], int)) or not isinstance(o, int) or o < 0}
+            bad = {
+                b: o
+                for b, o in offsets.items()
+                if not (isinstance(b, tuple) and len(b) == 2 and isinstance(b[0], str) and isinstance(b[1], int))
+                or not isinstance(o, int)
+                or o < 0
+            }
         else:
             bad = {b: o for b, o in offsets.items() if not isinstance(b, int) or not isinstance(o, int) or o < 0}
         if bad:
@@ -96,10 +107,14 @@ def state_as_of(history: pl.LazyFrame | pl.DataFrame | Table, *, primary_key: Se
         on = [PARTITION, BUCKET] if partitioned else [BUCKET]
         keys = list(offsets)
         data = {PARTITION: [k[0] for k in keys], BUCKET: [k[1] for k in keys]} if partitioned else {BUCKET: keys}
-        ends = pl.LazyFrame({**data, "__end": list(offsets.values())},
-                            schema={**{c: schema[c] for c in on}, "__end": pl.Int64})
-        changes = (changes.join(ends, on=on, how="left")
-                   .filter(pl.col("__end").is_null() | (pl.col(OFFSET) < pl.col("__end"))).drop("__end"))
+        ends = pl.LazyFrame(
+            {**data, "__end": list(offsets.values())}, schema={**{c: schema[c] for c in on}, "__end": pl.Int64}
+        )
+        changes = (
+            changes.join(ends, on=on, how="left")
+            .filter(pl.col("__end").is_null() | (pl.col(OFFSET) < pl.col("__end")))
+            .drop("__end")
+        )
     columns = [c for c in schema if c not in ALL_SYSTEM_COLUMNS]
     latest = changes.sort(*ORDER).unique(subset=primary_key, keep="last", maintain_order=True)
     return latest.filter(pl.col(CHANGE_TYPE) != "-D").select(columns).sort(primary_key)

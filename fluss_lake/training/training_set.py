@@ -45,8 +45,12 @@ _ROW = "__fl_row"
 _TS = "__fl_ts"
 
 
-def training_set(entities: pl.DataFrame | pl.LazyFrame, views: FeatureView | Sequence[FeatureView], *,
-                 timestamp_column: str = "prediction_ts") -> pl.DataFrame | pl.LazyFrame:
+def training_set(
+    entities: pl.DataFrame | pl.LazyFrame,
+    views: FeatureView | Sequence[FeatureView],
+    *,
+    timestamp_column: str = "prediction_ts",
+) -> pl.DataFrame | pl.LazyFrame:
     """Entity rows with the feature values of every view as of each row's `timestamp_column`.
 
     Parameters
@@ -78,17 +82,31 @@ def training_set(entities: pl.DataFrame | pl.LazyFrame, views: FeatureView | Seq
         raise InvalidConfigError("training_set needs one or more FeatureView objects")
     eager = isinstance(entities, pl.DataFrame)
     if not isinstance(entities, pl.DataFrame | pl.LazyFrame):
-        raise InvalidConfigError(f"entities must be a polars DataFrame or LazyFrame, got {type(entities).__name__}; "
-                                 "from DuckDB use register_training_set or relation.pl()")
+        raise InvalidConfigError(
+            f"entities must be a polars DataFrame or LazyFrame, got {type(entities).__name__}; "
+            "from DuckDB use register_training_set or relation.pl()"
+        )
     lazy = entities.lazy()
     schema = lazy.collect_schema()
     _check_names(schema, views, timestamp_column)
-    dtypes = [schema[timestamp_column], *(v.schema[TIMESTAMP] for v in views),
-              *(v.schema[v.event_time] for v in views if v.event_time)]
+    dtypes = [
+        schema[timestamp_column],
+        *(v.schema[TIMESTAMP] for v in views),
+        *(v.schema[v.event_time] for v in views if v.event_time),
+    ]
     unit = time_unit(*dtypes)
-    frame = lazy.with_row_index(_ROW).with_columns(
-        time_expr(timestamp_column, schema[timestamp_column], unit=unit,
-                  what=f"prediction time column {timestamp_column!r}").alias(_TS)).sort(_TS)
+    frame = (
+        lazy.with_row_index(_ROW)
+        .with_columns(
+            time_expr(
+                timestamp_column,
+                schema[timestamp_column],
+                unit=unit,
+                what=f"prediction time column {timestamp_column!r}",
+            ).alias(_TS)
+        )
+        .sort(_TS)
+    )
     for i, view in enumerate(views):
         frame = _join_view(frame, schema, view, i, unit)
     out = frame.sort(_ROW).select(*schema.names(), *(n for v in views for n in v.output_names()))
@@ -98,8 +116,10 @@ def training_set(entities: pl.DataFrame | pl.LazyFrame, views: FeatureView | Seq
 def _check_names(schema: pl.Schema, views: list[FeatureView], timestamp_column: str) -> None:
     """Reject missing entity columns and clashing output names before any work."""
     if timestamp_column not in schema:
-        raise SchemaMismatchError(f"the entity frame has no prediction time column {timestamp_column!r} (columns: "
-                                  f"{schema.names()}); pass timestamp_column=")
+        raise SchemaMismatchError(
+            f"the entity frame has no prediction time column {timestamp_column!r} (columns: "
+            f"{schema.names()}); pass timestamp_column="
+        )
     internal = [c for c in schema if c.startswith(_INTERNAL)]
     if internal:
         raise SchemaMismatchError(f"entity columns {internal} use the reserved prefix {_INTERNAL!r}; rename them")
@@ -107,15 +127,21 @@ def _check_names(schema: pl.Schema, views: list[FeatureView], timestamp_column: 
     for view in views:
         missing = [e for e, _ in view.key_pairs() if e not in schema]
         if missing:
-            raise SchemaMismatchError(f"{view.label}: the entity frame lacks key column(s) {missing}; pass "
-                                      "entity_keys= to name the entity columns matching the view's keys")
+            raise SchemaMismatchError(
+                f"{view.label}: the entity frame lacks key column(s) {missing}; pass "
+                "entity_keys= to name the entity columns matching the view's keys"
+            )
         for name in view.output_names():
             if name.startswith(_INTERNAL):
-                raise InvalidConfigError(f"{view.label}: output column {name!r} uses the reserved prefix "
-                                         f"{_INTERNAL!r}; give the view another prefix=")
+                raise InvalidConfigError(
+                    f"{view.label}: output column {name!r} uses the reserved prefix "
+                    f"{_INTERNAL!r}; give the view another prefix="
+                )
             if name in seen:
-                raise InvalidConfigError(f"{view.label}: output column {name!r} clashes with {seen[name]}; give the "
-                                         "view a prefix= (e.g. 'customer__') or select fewer features")
+                raise InvalidConfigError(
+                    f"{view.label}: output column {name!r} clashes with {seen[name]}; give the "
+                    "view a prefix= (e.g. 'customer__') or select fewer features"
+                )
             seen[name] = view.label
 
 
@@ -124,8 +150,9 @@ def _common_key_dtype(left: pl.DataType, right: pl.DataType, what: str) -> pl.Da
     if left == right:
         return None
     if left.is_integer() and right.is_integer():
-        return pl.concat([pl.DataFrame(schema={"k": left}), pl.DataFrame(schema={"k": right})],
-                         how="vertical_relaxed").schema["k"]
+        return pl.concat(
+            [pl.DataFrame(schema={"k": left}), pl.DataFrame(schema={"k": right})], how="vertical_relaxed"
+        ).schema["k"]
     stringy = (pl.String, pl.Categorical, pl.Enum)
     if isinstance(left, stringy) and isinstance(right, stringy):
         return pl.String()
@@ -155,25 +182,51 @@ def _join_view(frame: pl.LazyFrame, schema: pl.Schema, view: FeatureView, i: int
     values = [pl.col(f).alias(n) for f, n in zip(view.features or (), names, strict=True)]
     if view.event_time is None:
         scope = [PARTITION, BUCKET] if PARTITION in view.schema else [BUCKET]  # where offsets are dense
-        right = history.select(*right_keys, (pl.col(CHANGE_TYPE) == "-D").alias(ct), commit.alias(tn), *values,
-                               *scope, OFFSET)
+        right = history.select(
+            *right_keys, (pl.col(CHANGE_TYPE) == "-D").alias(ct), commit.alias(tn), *values, *scope, OFFSET
+        )
         schema_out = right.collect_schema()
         schema_out = pl.Schema({c: d for c, d in schema_out.items() if c not in (PARTITION, BUCKET, OFFSET)})
         right = right.map_batches(lambda df: _in_log_order(df, tn), schema=schema_out)
-        joined = frame.join_asof(right.with_columns(pl.col(tn).alias(f"{tn}on")), left_on=_TS, right_on=f"{tn}on",
-                                 by_left=by_left, by_right=by_right, check_sortedness=False)
+        joined = frame.join_asof(
+            right.with_columns(pl.col(tn).alias(f"{tn}on")),
+            left_on=_TS,
+            right_on=f"{tn}on",
+            by_left=by_left,
+            by_right=by_right,
+            check_sortedness=False,
+        )
     else:
-        event = time_expr(view.event_time, view.schema[view.event_time], unit=unit,
-                          what=f"{view.label} event time column {view.event_time!r}")
-        effective = (pl.when(pl.col(CHANGE_TYPE) == "-D").then(pl.max_horizontal(commit, event))
-                     .otherwise(event))
-        ranked = (history.select(*right_keys, (pl.col(CHANGE_TYPE) == "-D").alias(ct), effective.alias(tn),
-                                 commit.alias(f"{tn}c"), *values, BUCKET, OFFSET)
-                  .filter(pl.col(tn).is_not_null())
-                  .sort(tn, f"{tn}c", OFFSET).drop(BUCKET, OFFSET))  # within a key: the full tie order
+        event = time_expr(
+            view.event_time,
+            view.schema[view.event_time],
+            unit=unit,
+            what=f"{view.label} event time column {view.event_time!r}",
+        )
+        effective = pl.when(pl.col(CHANGE_TYPE) == "-D").then(pl.max_horizontal(commit, event)).otherwise(event)
+        ranked = (
+            history.select(
+                *right_keys,
+                (pl.col(CHANGE_TYPE) == "-D").alias(ct),
+                effective.alias(tn),
+                commit.alias(f"{tn}c"),
+                *values,
+                BUCKET,
+                OFFSET,
+            )
+            .filter(pl.col(tn).is_not_null())
+            .sort(tn, f"{tn}c", OFFSET)
+            .drop(BUCKET, OFFSET)
+        )  # within a key: the full tie order
         if not view.committed_only:
-            joined = frame.join_asof(ranked.with_columns(pl.col(tn).alias(f"{tn}on")), left_on=_TS,
-                                     right_on=f"{tn}on", by_left=by_left, by_right=by_right, check_sortedness=False)
+            joined = frame.join_asof(
+                ranked.with_columns(pl.col(tn).alias(f"{tn}on")),
+                left_on=_TS,
+                right_on=f"{tn}on",
+                by_left=by_left,
+                by_right=by_right,
+                check_sortedness=False,
+            )
         else:
             joined = _join_committed(frame, ranked, view, i, by_left, by_right, tn)
     valid = pl.col(ct).not_()  # ct: "the record is a delete"; null when no record matched
@@ -203,13 +256,24 @@ def _log_ordered(history: pl.DataFrame, tn: str) -> bool:
         return True
     zero = pl.lit(0, dtype=pl.Int64)
     scope = [c for c in (PARTITION, BUCKET) if c in history.columns]
-    return bool(history.select(
-        ((pl.col(OFFSET).diff().fill_null(1) > zero) & (pl.col(tn).diff().cast(pl.Int64).fill_null(0) >= zero))
-        .over(scope).all()).item())
+    return bool(
+        history.select(
+            ((pl.col(OFFSET).diff().fill_null(1) > zero) & (pl.col(tn).diff().cast(pl.Int64).fill_null(0) >= zero))
+            .over(scope)
+            .all()
+        ).item()
+    )
 
 
-def _join_committed(frame: pl.LazyFrame, ranked: pl.LazyFrame, view: FeatureView, i: int, by_left: list[str],
-                    by_right: list[str], tn: str) -> pl.LazyFrame:
+def _join_committed(
+    frame: pl.LazyFrame,
+    ranked: pl.LazyFrame,
+    view: FeatureView,
+    i: int,
+    by_left: list[str],
+    by_right: list[str],
+    tn: str,
+) -> pl.LazyFrame:
     """Event time + committed_only: the best-ranked row among those both happened and committed by then.
 
     A row becomes visible at ``max(event time, commit time)``; walking each key's rows in visibility order, a
@@ -218,22 +282,29 @@ def _join_committed(frame: pl.LazyFrame, ranked: pl.LazyFrame, view: FeatureView
     """
     order, best, vis = f"{_INTERNAL}ord{i}", f"{_INTERNAL}best{i}", f"{_INTERNAL}t{i}vis"
     ranked = ranked.with_row_index(order)
-    index = (ranked.select(*by_right, pl.max_horizontal(tn, f"{tn}c").alias(vis), order)
-             .sort(vis, order)
-             .with_columns(pl.col(order).cum_max().over(by_right).alias(best))
-             .drop(order))
-    located = frame.join_asof(index, left_on=_TS, right_on=vis, by_left=by_left, by_right=by_right,
-                              check_sortedness=False)
+    index = (
+        ranked.select(*by_right, pl.max_horizontal(tn, f"{tn}c").alias(vis), order)
+        .sort(vis, order)
+        .with_columns(pl.col(order).cum_max().over(by_right).alias(best))
+        .drop(order)
+    )
+    located = frame.join_asof(
+        index, left_on=_TS, right_on=vis, by_left=by_left, by_right=by_right, check_sortedness=False
+    )
     # fetch the best rows by rank: `order` is the row number of `ranked`, so an as-of join on the sorted ranks
     # is an exact positional lookup (a merge, far cheaper than hashing every ranked row); then back in time order
-    fetched = located.sort(best).join_asof(ranked.drop(by_right), left_on=best, right_on=order,
-                                           check_sortedness=False)
+    fetched = located.sort(best).join_asof(ranked.drop(by_right), left_on=best, right_on=order, check_sortedness=False)
     return fetched.sort(_TS, maintain_order=True)
 
 
-def register_training_set(con: duckdb.DuckDBPyConnection, name: str, entities: Any,
-                          views: FeatureView | Sequence[FeatureView], *,
-                          timestamp_column: str = "prediction_ts") -> pl.DataFrame:
+def register_training_set(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    entities: Any,
+    views: FeatureView | Sequence[FeatureView],
+    *,
+    timestamp_column: str = "prediction_ts",
+) -> pl.DataFrame:
     """Build a training set and register it in DuckDB as the view `name` (returns the same rows as polars).
 
     DuckDB has no Python table functions, so the training set is computed here and handed to DuckDB as an

@@ -11,12 +11,12 @@ import polars as pl
 from fluss_lake import options as opt
 from fluss_lake.exceptions import UnsupportedOperationError
 from fluss_lake.log.log_batch import BatchHeader, encode_batch
+from fluss_lake.metadata.conform import conform, to_frame
 from fluss_lake.metadata.descriptor import STATS_TYPES, TableInfo
 from fluss_lake.metadata.partition import PartitionInfo
 from fluss_lake.runtime.table_runtime import TableRuntime
 from fluss_lake.runtime.tablet_set import TabletSet
 from fluss_lake.write.batching_writer import BatchingWriter
-from fluss_lake.metadata.conform import conform, to_frame
 
 __all__ = ["AppendWriter"]
 
@@ -36,19 +36,25 @@ class AppendWriter(BatchingWriter):
     2
     """
 
-    def __init__(self, runtime: TableRuntime, partition: PartitionInfo | None = None, *,
-                 buffer_rows: int = 1_000_000) -> None:
+    def __init__(
+        self, runtime: TableRuntime, partition: PartitionInfo | None = None, *, buffer_rows: int = 1_000_000
+    ) -> None:
         if runtime.info.is_primary_key_table:
-            raise UnsupportedOperationError(f"{runtime.info.path} has a primary key; use new_upsert() instead of "
-                                            "new_append()")
+            raise UnsupportedOperationError(
+                f"{runtime.info.path} has a primary key; use new_upsert() instead of new_append()"
+            )
         super().__init__(runtime, partition, buffer_rows=buffer_rows)
 
     def append(self, data: Any) -> None:
         """Validate rows and buffer them; raises before buffering anything if they do not fit."""
         schema = self.runtime.schema
-        frame = conform(to_frame(data, schema), schema, required=schema.names,
-                        not_null_checked=[c.name for c in schema.columns if not c.nullable],
-                        key_columns=self.runtime.info.bucket_keys)
+        frame = conform(
+            to_frame(data, schema),
+            schema,
+            required=schema.names,
+            not_null_checked=[c.name for c in schema.columns if not c.nullable],
+            key_columns=self.runtime.info.bucket_keys,
+        )
         if frame.height:
             self._buffer_frame(frame)
 
@@ -69,13 +75,22 @@ class AppendWriter(BatchingWriter):
         compression, level = info.log_compression
 
         def build(base: int, commit_ts: int) -> tuple[bytes, BatchHeader]:
-            data = encode_batch(rows=rows, base_offset=base, commit_ts=commit_ts, schema_id=info.schema.schema_id,
-                                writer_id=self.writer_id, batch_seq=seq, stats_columns=stats,
-                                compression=compression, compression_level=level)
+            data = encode_batch(
+                rows=rows,
+                base_offset=base,
+                commit_ts=commit_ts,
+                schema_id=info.schema.schema_id,
+                writer_id=self.writer_id,
+                batch_seq=seq,
+                stats_columns=stats,
+                compression=compression,
+                compression_level=level,
+            )
             return data, BatchHeader(base, rows.height, commit_ts, info.schema.schema_id, self.writer_id, batch_seq=seq)
 
-        return target.log_tablet(bucket).append(build, self.runtime.context.clock, writer_id=self.writer_id,
-                                                batch_seq=seq)
+        return target.log_tablet(bucket).append(
+            build, self.runtime.context.clock, writer_id=self.writer_id, batch_seq=seq
+        )
 
 
 def _stats_columns(info: TableInfo) -> tuple[str, ...]:

@@ -83,8 +83,10 @@ class BatchingWriter:
         self._buffer = []
         self._buffered_rows = 0
         if self._partitioned:
-            by_partition = {key[0]: part.drop(PARTITION_COLUMN) for key, part in
-                            frame.partition_by(PARTITION_COLUMN, as_dict=True, maintain_order=True).items()}
+            by_partition = {
+                key[0]: part.drop(PARTITION_COLUMN)
+                for key, part in frame.partition_by(PARTITION_COLUMN, as_dict=True, maintain_order=True).items()
+            }
         else:
             by_partition = {None: frame}
         for name, part in by_partition.items():
@@ -116,7 +118,7 @@ class BatchingWriter:
             del self._pending[slot]
         return WriteResult(rows_sent, records, offsets)
 
-    def __enter__(self) -> "BatchingWriter":
+    def __enter__(self) -> BatchingWriter:
         return self
 
     def __exit__(self, exc_type: object, *_: object) -> None:

@@ -23,10 +23,13 @@ def route_partitions(runtime: TableRuntime, frame: pl.DataFrame) -> tuple[pl.Dat
     keys = list(info.partition_keys)
     nulls = [k for k in keys if frame.get_column(k).null_count()]
     if nulls:
-        raise InvalidPartitionError(f"partition column(s) {nulls} of {info.path} hold nulls; every row needs a "
-                                    "partition value (nothing was written)")
-    named = frame.with_columns(partition_names(frame, keys, runtime.merge_spec.dtypes, check=True)
-                               .alias(PARTITION_COLUMN))
+        raise InvalidPartitionError(
+            f"partition column(s) {nulls} of {info.path} hold nulls; every row needs a "
+            "partition value (nothing was written)"
+        )
+    named = frame.with_columns(
+        partition_names(frame, keys, runtime.merge_spec.dtypes, check=True).alias(PARTITION_COLUMN)
+    )
     groups = named.partition_by(PARTITION_COLUMN, as_dict=True, maintain_order=True)
     handles: dict[str, TabletSet] = {}
     missing: list[str] = []
@@ -42,16 +45,20 @@ def route_partitions(runtime: TableRuntime, frame: pl.DataFrame) -> tuple[pl.Dat
     if missing:
         context = runtime.context
         if not context.dynamic_partition_creation:
-            raise PartitionNotExistError(f"partition(s) {missing} of {info.path} do not exist and dynamic partition "
-                                         "creation is off; create_partition() them first (nothing was written)")
+            raise PartitionNotExistError(
+                f"partition(s) {missing} of {info.path} do not exist and dynamic partition "
+                "creation is off; create_partition() them first (nothing was written)"
+            )
         strategy = AutoPartitionStrategy.from_options(info.options, info.partition_keys, runtime.merge_spec.dtypes)
         now = context.clock()
         if strategy is not None and strategy.enabled:
             expired = [n for n in missing if strategy.is_expired(spec_of(keys, n)[strategy.key], now)]
             if expired:
-                raise InvalidPartitionError(f"rows for partition(s) {expired} of {info.path} are past the "
-                                            f"auto-partition retention (values below {strategy.cutoff(now)!r} are "
-                                            "dropped); nothing was written")
+                raise InvalidPartitionError(
+                    f"rows for partition(s) {expired} of {info.path} are past the "
+                    f"auto-partition retention (values below {strategy.cutoff(now)!r} are "
+                    "dropped); nothing was written"
+                )
         for name in missing:
             handles[name] = runtime.tablets(runtime.create_partition(name, ignore_if_exists=True))
     parts = list(groups.values())

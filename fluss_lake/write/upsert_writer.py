@@ -13,11 +13,11 @@ from fluss_lake.exceptions import DeletionDisabledError, UnsupportedOperationErr
 from fluss_lake.kv.kv_tablet import ChangeImage
 from fluss_lake.kv.merge import MergeMode, create_row_merger
 from fluss_lake.log.log_batch import BatchHeader
+from fluss_lake.metadata.conform import conform, to_frame
 from fluss_lake.metadata.partition import PartitionInfo
 from fluss_lake.runtime.table_runtime import TableRuntime
 from fluss_lake.runtime.tablet_set import TabletSet
 from fluss_lake.write.batching_writer import BatchingWriter
-from fluss_lake.metadata.conform import conform, to_frame
 
 __all__ = ["UpsertWriter"]
 
@@ -43,12 +43,20 @@ class UpsertWriter(BatchingWriter):
     [{'id': 1, 'email': 'a@x', 'visits': 3}]
     """
 
-    def __init__(self, runtime: TableRuntime, partition: PartitionInfo | None = None, *,
-                 target_columns: Sequence[str] | None = None, merge_mode: MergeMode = "default",
-                 buffer_rows: int = 1_000_000, skip_unchanged: bool = False) -> None:
+    def __init__(
+        self,
+        runtime: TableRuntime,
+        partition: PartitionInfo | None = None,
+        *,
+        target_columns: Sequence[str] | None = None,
+        merge_mode: MergeMode = "default",
+        buffer_rows: int = 1_000_000,
+        skip_unchanged: bool = False,
+    ) -> None:
         if not runtime.info.is_primary_key_table:
-            raise UnsupportedOperationError(f"{runtime.info.path} is a log table; use new_append() (upserts and "
-                                            "deletes need a primary key)")
+            raise UnsupportedOperationError(
+                f"{runtime.info.path} is a log table; use new_append() (upserts and deletes need a primary key)"
+            )
         super().__init__(runtime, partition, buffer_rows=buffer_rows)
         spec = runtime.merge_spec
         self.target_columns = tuple(target_columns) if target_columns is not None else None
@@ -66,13 +74,20 @@ class UpsertWriter(BatchingWriter):
         frame = to_frame(data, schema)
         if self.partial:
             assert self.target_columns is not None
-            frame = frame.select([c for c in frame.columns if c in self.target_columns] +
-                                 [c for c in frame.columns if c not in schema.names])
+            frame = frame.select(
+                [c for c in frame.columns if c in self.target_columns]
+                + [c for c in frame.columns if c not in schema.names]
+            )
             required: Sequence[str] = self.target_columns
         else:
             required = schema.names
-        frame = conform(frame, schema, required=required, key_columns=schema.primary_key,
-                        not_null_checked=[] if self.partial else [c.name for c in schema.columns if not c.nullable])
+        frame = conform(
+            frame,
+            schema,
+            required=required,
+            key_columns=schema.primary_key,
+            not_null_checked=[] if self.partial else [c.name for c in schema.columns if not c.nullable],
+        )
         if frame.height:
             self._buffer_frame(frame.with_columns(pl.lit(False).alias(_OP)))
 
@@ -80,12 +95,20 @@ class UpsertWriter(BatchingWriter):
         """Validate and buffer deletes by primary key (other columns are ignored)."""
         schema = self.runtime.schema
         if self.merge_mode == "default" and self.runtime.merge_spec.delete_behavior == "disable":
-            raise DeletionDisabledError(f"{self.runtime.info.path} has {opt.DELETE_BEHAVIOR}='disable'; deletes are "
-                                        "rejected (set it to 'allow' or 'ignore' when creating the table)")
+            raise DeletionDisabledError(
+                f"{self.runtime.info.path} has {opt.DELETE_BEHAVIOR}='disable'; deletes are "
+                "rejected (set it to 'allow' or 'ignore' when creating the table)"
+            )
         frame = to_frame(keys, schema)
-        frame = conform(frame.select([c for c in frame.columns if c in schema.primary_key] +
-                                     [c for c in frame.columns if c not in schema.names]),
-                        schema, required=schema.primary_key, key_columns=schema.primary_key)
+        frame = conform(
+            frame.select(
+                [c for c in frame.columns if c in schema.primary_key]
+                + [c for c in frame.columns if c not in schema.names]
+            ),
+            schema,
+            required=schema.primary_key,
+            key_columns=schema.primary_key,
+        )
         if frame.height:
             self._buffer_frame(frame.with_columns(pl.lit(True).alias(_OP)))
 
@@ -96,6 +119,12 @@ class UpsertWriter(BatchingWriter):
     def _commit(self, target: TabletSet, bucket: int, rows: pl.DataFrame, seq: int) -> BatchHeader:
         """Merge one bucket's batch against its state and commit the changelog."""
         is_delete = np.asarray(rows.get_column(_OP).to_numpy(), dtype=bool)
-        return target.kv_tablet(bucket).write(rows.drop(_OP), is_delete, self.merger, self.image,
-                                                  writer_id=self.writer_id, batch_seq=seq,
-                                                  skip_unchanged=self.skip_unchanged)
+        return target.kv_tablet(bucket).write(
+            rows.drop(_OP),
+            is_delete,
+            self.merger,
+            self.image,
+            writer_id=self.writer_id,
+            batch_seq=seq,
+            skip_unchanged=self.skip_unchanged,
+        )

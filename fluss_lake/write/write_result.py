@@ -15,7 +15,7 @@ class WriteResult:
     records: int = 0
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
 
-    def combine(self, later: "WriteResult") -> "WriteResult":
+    def combine(self, later: WriteResult) -> WriteResult:
         """This result followed by `later` (auto-flushed batches of one writer)."""
         offsets = dict(self.offsets)
         for bucket, (base, end) in later.offsets.items():

@@ -293,11 +293,7 @@ def _round_half_up(product: pl.Expr, scale: int) -> pl.Expr:
         return product
     zero, divisor, half = _int128(0), _int128(10**scale), _int128(10**scale // 2)
     # Polars has no Int128 negation: subtract from zero instead.
-    return (
-        pl.when(product < 0)
-        .then(zero - ((zero - product + half) // divisor))
-        .otherwise((product + half) // divisor)
-    )
+    return pl.when(product < 0).then(zero - ((zero - product + half) // divisor)).otherwise((product + half) // divisor)
 
 
 def _decimal_product(acc: pl.Series, inp: pl.Series, dtype: pl.Decimal) -> pl.Series:
@@ -339,9 +335,7 @@ def _load_bitmap(bitmap: type[BitMap] | type[BitMap64], data: bytes, column: str
         ) from err
 
 
-def _rbm_union(
-    acc: pl.Series, inp: pl.Series, bitmap: type[BitMap] | type[BitMap64], column: str
-) -> pl.Series:
+def _rbm_union(acc: pl.Series, inp: pl.Series, bitmap: type[BitMap] | type[BitMap64], column: str) -> pl.Series:
     """Union serialized bitmaps row by row, ignoring nulls."""
     result = _pair(acc, inp).select(pl.coalesce(_A, _B)).to_series()
     both = np.flatnonzero((acc.is_not_null() & inp.is_not_null()).to_numpy())

@@ -96,8 +96,11 @@ def upsert_outcome(batch: MergeRound, spec: MergeSpec, after: pl.DataFrame) -> M
     emit = np.where(exists, np.int8(EMIT_UPDATE), np.int8(EMIT_INSERT))
     if after.columns != list(spec.columns) or any(after.schema[c] != spec.dtypes[c] for c in spec.columns):
         after = after.select([pl.col(c).cast(spec.dtypes[c]) for c in spec.columns])
-    return MergeOutcome(after=after, after_exists=pl.Series("after_exists", np.ones(after.height, dtype=bool)),
-                        emit=pl.Series("emit", emit, dtype=pl.Int8))
+    return MergeOutcome(
+        after=after,
+        after_exists=pl.Series("after_exists", np.ones(after.height, dtype=bool)),
+        emit=pl.Series("emit", emit, dtype=pl.Int8),
+    )
 
 
 def refuse_delete_allow(engine: str, behavior: str) -> None:
@@ -200,11 +203,7 @@ class LastRowMerger:
                 after[c] = pl.when(UPSERT).then(new(c)).otherwise(old(c))
             elif c in self._targets:
                 after[c] = (
-                    pl.when(UPSERT)
-                    .then(new(c))
-                    .when(applied_delete)
-                    .then(null_of(spec.dtypes[c]))
-                    .otherwise(old(c))
+                    pl.when(UPSERT).then(new(c)).when(applied_delete).then(null_of(spec.dtypes[c])).otherwise(old(c))
                 )
             else:
                 after[c] = pl.when(UPSERT & ~EXISTS).then(null_of(spec.dtypes[c])).otherwise(old(c))

@@ -53,17 +53,21 @@ def check_merge_options(descriptor: TableDescriptor) -> None:
     if not schema.primary_key:
         for key in _PK_ONLY:
             if key in options:
-                raise InvalidConfigError(f"{key} is only allowed on primary-key tables; declare a primary key or "
-                                         "drop the option")
+                raise InvalidConfigError(
+                    f"{key} is only allowed on primary-key tables; declare a primary key or drop the option"
+                )
         if any(k.startswith("fields.") for k in options):
-            raise InvalidConfigError("'fields.<column>.agg' options need a primary-key table with "
-                                     f"{opt.MERGE_ENGINE}='aggregation'")
+            raise InvalidConfigError(
+                f"'fields.<column>.agg' options need a primary-key table with {opt.MERGE_ENGINE}='aggregation'"
+            )
         return
     engine = options.get(opt.MERGE_ENGINE)
     check_delete_behavior(engine, options.get(opt.DELETE_BEHAVIOR) or default_delete_behavior(engine))
     if engine == "aggregation" and options.get(opt.CHANGELOG_IMAGE) == "wal":
-        raise InvalidConfigError(f"{opt.CHANGELOG_IMAGE}='WAL' is not allowed with the aggregation merge "
-                                 "engine (its undo recovery needs full images); use 'FULL'")
+        raise InvalidConfigError(
+            f"{opt.CHANGELOG_IMAGE}='WAL' is not allowed with the aggregation merge "
+            "engine (its undo recovery needs full images); use 'FULL'"
+        )
     version_column = options.get(opt.VERSIONED_VER_COLUMN)
     if engine == "versioned":
         if version_column is None:
@@ -71,8 +75,10 @@ def check_merge_options(descriptor: TableDescriptor) -> None:
         if version_column not in schema.names:
             raise InvalidConfigError(f"{opt.VERSIONED_VER_COLUMN}={version_column!r} is not a column")
         if not isinstance(schema.column(version_column).dtype, _VERSION_TYPES):
-            raise InvalidConfigError(f"version column {version_column!r} must be INT, BIGINT, TIMESTAMP or "
-                                     f"TIMESTAMP_LTZ, not {schema.column(version_column).type_name}")
+            raise InvalidConfigError(
+                f"version column {version_column!r} must be INT, BIGINT, TIMESTAMP or "
+                f"TIMESTAMP_LTZ, not {schema.column(version_column).type_name}"
+            )
     elif version_column is not None:
         raise InvalidConfigError(f"{opt.VERSIONED_VER_COLUMN} needs {opt.MERGE_ENGINE}='versioned'")
     for column, fopts in opt.field_options(options).items():

@@ -63,12 +63,15 @@ class MergeSpec:
         schema, options = info.schema, info.options
         engine = options.get(opt.MERGE_ENGINE)
         return cls(
-            columns=schema.names, dtypes={c.name: c.dtype for c in schema.columns},
-            nullable={c.name: c.nullable for c in schema.columns}, primary_key=schema.primary_key,
+            columns=schema.names,
+            dtypes={c.name: c.dtype for c in schema.columns},
+            nullable={c.name: c.nullable for c in schema.columns},
+            primary_key=schema.primary_key,
             merge_engine=cast(MergeEngineName | None, engine),
             delete_behavior=cast(DeleteBehavior, options.get(opt.DELETE_BEHAVIOR, "allow")),
             version_column=options.get(opt.VERSIONED_VER_COLUMN),
-            aggregations=field_aggregations(options, schema, engine))
+            aggregations=field_aggregations(options, schema, engine),
+        )
 
 
 def field_aggregations(options: Mapping[str, str], schema: Schema, engine: str | None) -> dict[str, AggSpec]:
@@ -91,6 +94,7 @@ def field_aggregations(options: Mapping[str, str], schema: Schema, engine: str |
         if column in schema.primary_key:
             continue
         fopts = grouped.get(column, {})
-        result[column] = AggSpec(fopts.get("agg", DEFAULT_AGG_FUNCTION),
-                                 {k.split(".", 1)[1]: v for k, v in fopts.items() if k != "agg"})
+        result[column] = AggSpec(
+            fopts.get("agg", DEFAULT_AGG_FUNCTION), {k.split(".", 1)[1]: v for k, v in fopts.items() if k != "agg"}
+        )
     return result

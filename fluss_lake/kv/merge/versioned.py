@@ -95,9 +95,7 @@ class VersionedMerger:
         reject_disabled_deletes(batch, self._spec.delete_behavior)
         frame = round_frame(batch)
         new_v, old_v = new(self._version), old(self._version)
-        new_wins = (new_v.is_null() & old_v.is_null()) | (
-            new_v.is_not_null() & (old_v.is_null() | (new_v >= old_v))
-        )
+        new_wins = (new_v.is_null() & old_v.is_null()) | (new_v.is_not_null() & (old_v.is_null() | (new_v >= old_v)))
         insert = UPSERT & ~EXISTS
         replace = UPSERT & EXISTS & new_wins.fill_null(False)
         after = {c: pl.when(insert | replace).then(new(c)).otherwise(old(c)) for c in self._spec.columns}
