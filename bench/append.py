@@ -20,6 +20,8 @@ import polars as pl
 import pyarrow as pa
 
 import fluss_lake as fl
+from fluss_lake.catalog import data_prefix
+from fluss_lake.io import layout
 from bench._common import (Reporter, Result, bench_args, fmt_num, fmt_size, interleave, log, median, scatter_keys,
                            temp_store_dir)
 
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
 
         results = interleave({"ours": ours, "ipc_fsync": peer(True), "ipc": peer(False)}, args.repeats)
         log_bytes = sum(e.stat().st_size for b in range(args.buckets)
-                        for e in os.scandir(f"{root}/store/{conn.table_prefix(table.info)}/log/b{b:05d}"))
+                        for e in os.scandir(f"{root}/store/{layout.log_prefix(data_prefix(table.info), b)}"))
         log(f"bytes per run: ours {fmt_size(log_bytes / args.repeats)} (whole log / repeats), "
             f"pyarrow IPC {fmt_size(sizes.get('ipc', 0))}")
         rates = {k: [args.rows / s for s in v] for k, v in results.items()}

@@ -246,7 +246,8 @@ class Catalog:
         ignore_if_exists: bool = False,
         now_ms: int | None = None,
     ) -> PartitionInfo:
-        """Create a partition (Fluss's ``ALTER TABLE ... ADD PARTITION``); rejects values past auto-partition retention."""
+        """Create a partition (Fluss's ``ALTER TABLE ... ADD PARTITION``); rejects values past auto-partition
+        retention."""
         self._require_partitioned(info)
         resolved = spec_of(info.partition_keys, spec)
         now = self.clock() if now_ms is None else now_ms

@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from fluss_lake.catalog import Catalog
 from fluss_lake.exceptions import DatabaseNotEmptyError, DatabaseNotExistError, InvalidConfigError, TableNotExistError
@@ -192,7 +192,7 @@ class Connection:
                 built,
                 bucket_num,
                 tuple(bucket_keys) if bucket_keys is not None else None,
-                dict(options or {}),
+                cast(dict[str, str], dict(options or {})),  # values become strings in TableDescriptor.validated
                 comment,
                 tuple(partition_keys),
             )
@@ -265,7 +265,8 @@ class Connection:
     def create_partition(
         self, path: str | TablePath, spec: str | Mapping[str, object], *, ignore_if_exists: bool = False
     ) -> PartitionInfo:
-        """Create a partition (Fluss's ``ALTER TABLE ... ADD PARTITION``); rejects values past auto-partition retention."""
+        """Create a partition (Fluss's ``ALTER TABLE ... ADD PARTITION``); rejects values past auto-partition
+        retention."""
         return self.catalog.create_partition(self.get_table_info(path), spec, ignore_if_exists=ignore_if_exists)
 
     def drop_partition(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 __all__ = ["unlink_quietly", "fsync_file", "fsync_dir"]
@@ -9,10 +10,8 @@ __all__ = ["unlink_quietly", "fsync_file", "fsync_dir"]
 
 def unlink_quietly(path: str) -> None:
     """Remove a file if it is there."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def fsync_file(path: str) -> None:

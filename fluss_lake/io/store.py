@@ -13,6 +13,7 @@ endpoint that stops answering makes the call fail with :class:`StorageUnavailabl
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
@@ -318,12 +319,11 @@ class FsspecStore:
             self.fs.connect()
             client = self.fs._s3
         if client is not self._patched_client:
-            try:
+            # a client without botocore events: the call deadline still bounds a hang
+            with contextlib.suppress(AttributeError):
                 client.meta.events.register(
                     "before-send.s3", _drop_expect_100_continue, unique_id="fluss-lake-no-expect-100-continue"
                 )
-            except AttributeError:  # a client without botocore events: the call deadline still bounds a hang
-                pass
             self._patched_client = client
 
     def _run(self, method: str, *args: Any, nbytes: int = 0, **kwargs: Any) -> Any:
@@ -433,10 +433,8 @@ class FsspecStore:
         """Remove an object if present."""
 
         def rm() -> None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self._run("rm_file", self._path(key))
-            except FileNotFoundError:
-                pass
 
         self._call("delete", key, rm)
 
@@ -448,10 +446,8 @@ class FsspecStore:
         """Remove everything under `prefix`."""
 
         def rm() -> None:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self._run("rm", self._path(prefix), recursive=True)
-            except FileNotFoundError:
-                pass
 
         self._call("delete", prefix, rm)
 

@@ -11,6 +11,7 @@ columns are filled or null-padded.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 import polars as pl
 
@@ -50,7 +51,7 @@ def expand(plan: JoinPlan, seed_alias: str, seeds: pl.DataFrame, fetch: Fetch, *
             keys = distinct(tuples.select(u_cols).drop_nulls())
             keys.columns = list(probe)
             fetched = plan.qualify(v, fetch(v, probe, keys))
-            how = "left" if down and edge.how == "left" else "inner"
+            how: Literal["left", "inner"] = "left" if down and edge.how == "left" else "inner"
             tuples = tuples.join(fetched, left_on=u_cols, right_on=[f"{v}.{c}" for c in probe], how=how, coalesce=False)
             if how == "left":
                 tuples = tuples.with_columns(pl.col(f"{v}.{LIVE}").fill_null(False))
@@ -65,15 +66,15 @@ def expand(plan: JoinPlan, seed_alias: str, seeds: pl.DataFrame, fetch: Fetch, *
     for alias in plan.aliases:
         if alias not in lefts:
             gate = gate & pl.col(f"{alias}.{LIVE}")
-    for extra in gates:
-        gate = gate & extra
+    for condition in gates:
+        gate = gate & condition
     if plan.condition is not None:
         gate = gate & plan.condition
     columns = []
     for alias in lefts:
         match = pl.col(f"{alias}.{LIVE}")
-        for extra in left_gates.get(alias, []):
-            match = match & extra
+        for condition in left_gates.get(alias, []):
+            match = match & condition
         match = match.fill_null(False)
         columns += [
             pl.when(match).then(pl.col(c)).otherwise(None).alias(c)

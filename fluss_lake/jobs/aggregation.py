@@ -150,20 +150,21 @@ class Aggregation(Job):
         changes = changes.with_columns(sign.alias("__sign")).sort("_commit_timestamp", maintain_order=True)
         exprs = []
         for column, (function, src) in self.aggregates.items():
+            value = pl.col(src) if src is not None else pl.lit(None)  # only count has no source column
             if function == "count":
                 expr = pl.col("__sign").sum()
             elif function == "sum":
-                expr = (pl.col(src) * pl.col("__sign")).sum()
+                expr = (value * pl.col("__sign")).sum()
             elif function == "last_value":
-                expr = pl.col(src).last()
+                expr = value.last()
             elif function == "first_value":
-                expr = pl.col(src).first()
+                expr = value.first()
             elif function == "bool_and":
-                expr = pl.col(src).all()
+                expr = value.all()
             elif function == "bool_or":
-                expr = pl.col(src).any()
+                expr = value.any()
             else:
-                expr = getattr(pl.col(src), function)()
+                expr = getattr(value, function)()
             exprs.append(expr.alias(column))
         keys = [pl.col(src).alias(out) for out, src in self.group_by.items()]
         return changes.group_by(keys, maintain_order=True).agg(exprs)

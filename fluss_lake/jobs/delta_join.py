@@ -30,6 +30,7 @@ import polars as pl
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError
 from fluss_lake.jobs._expansion import PENDING, emit, expand, project
+from fluss_lake.jobs.checkpoint import BucketOffsets
 from fluss_lake.jobs.job import Job, JobReport, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 from fluss_lake.jobs.result_writes import write_changes
@@ -105,7 +106,7 @@ class DeltaJoin(Job):
             start=start,
         )
         self._keys: dict[str, pl.DataFrame] = {}
-        self._known: dict[str, dict[int, int]] = {}
+        self._known: dict[str, BucketOffsets] = {}
         self._defer_pending = not emit_per_input  # Fluss's records (the conformance vectors) re-emit every probe
         self._consumed: dict[str, dict[tuple[str | None, int], int]] = {}  # per input: offsets after this step
 
@@ -164,8 +165,8 @@ class DeltaJoin(Job):
             schema={"__part": pl.String, "_bucket": pl.Int32, "__consumed": pl.Int64},
         )
         keyed = pl.DataFrame({"__part": partition_names(table, rows), "_bucket": rows.get_column("_bucket")})
-        limit = keyed.join(table_of, on=["__part", "_bucket"], how="left", maintain_order="left")
-        return (pl.col("_offset") >= limit.get_column("__consumed")).fill_null(False)
+        joined = keyed.join(table_of, on=["__part", "_bucket"], how="left", maintain_order="left")
+        return (pl.col("_offset") >= joined.get_column("__consumed")).fill_null(False)
 
     def _seeds(self, alias: str, changes: pl.DataFrame) -> pl.DataFrame:
         """The last image of each changed key in a batch of changelog records (a delete: not live).

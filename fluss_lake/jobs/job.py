@@ -95,7 +95,7 @@ class Job:
                         "last checkpoint; its offsets mean nothing now. Call reset() to start over"
                     )
         self.checkpoint = loaded
-        for alias, table in self.inputs.items():
+        for alias in self.inputs:
             if alias not in loaded.offsets:
                 self._begin_input(alias, start)
         self._budget: int | None = None  # steps the current run_once may still take

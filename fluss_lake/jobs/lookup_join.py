@@ -169,8 +169,10 @@ class LookupJoin(Job):
         if clash:
             raise InvalidConfigError(f"columns {clash} exist on both sides; pick the table's with columns=[...]")
         schema = self.table.schema.polars_schema
-        keys = frame.select([pl.col(s).cast(schema[k]).alias(k) for s, k in zip(self.stream_keys, self.keys)])
-        left_on = [pl.col(s).cast(schema[k]) for s, k in zip(self.stream_keys, self.keys)]
+        keys = frame.select(
+            [pl.col(s).cast(schema[k]).alias(k) for s, k in zip(self.stream_keys, self.keys, strict=True)]
+        )
+        left_on = [pl.col(s).cast(schema[k]) for s, k in zip(self.stream_keys, self.keys, strict=True)]
         if self.mode == "pk":
             distinct = keys.drop_nulls().unique()
             rows = self._lookup(distinct) if distinct.height else None
@@ -198,21 +200,22 @@ class LookupJoin(Job):
         return (super().state_bytes() if self.source is not None else 0) + cached
 
     # ------------------------------------------------------------ as a job over a log table
-    def _require_source(self) -> None:
+    def _require_source(self) -> Table:
         if self.source is None:
             raise InvalidConfigError("this LookupJoin has no source table; use enrich() or stream()")
+        return self.source
 
     def poll(self) -> pl.DataFrame:
         """The next batch of source records, enriched; the checkpoint moves past them (at most once)."""
-        self._require_source()
+        source = self._require_source()
         ranges = self._ranges("source")
         if not ranges:
             return self.enrich(
-                self._read("source", {}, self.source.schema.names).drop(
+                self._read("source", {}, source.schema.names).drop(
                     "_bucket", "_offset", "_change_type", "_commit_timestamp"
                 )
-            )  # type: ignore[union-attr]
-        frame = self._read("source", ranges, self.source.schema.names)  # type: ignore[union-attr]
+            )
+        frame = self._read("source", ranges, source.schema.names)
         out = self.enrich(frame.drop("_bucket", "_offset", "_change_type", "_commit_timestamp"))
         self._advance({"source": {b: r[1] for b, r in ranges.items()}})
         self._save()

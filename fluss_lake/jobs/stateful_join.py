@@ -12,12 +12,13 @@ size, memory and restart time grow with the inputs - which is what the delta joi
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import polars as pl
 
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.jobs._expansion import TUPLE_LIVE, emit, expand
+from fluss_lake.jobs.checkpoint import BucketOffsets
 from fluss_lake.jobs.job import Job, JobReport, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 from fluss_lake.jobs.result_writes import write_changes
@@ -91,7 +92,7 @@ class StatefulJoin(Job):
             state[alias] = pl.read_ipc(io.BytesIO(self.checkpoints.get_attachment(obj))) if obj else self._empty(alias)
         return state
 
-    def _forget(self, alias: str, names) -> None:
+    def _forget(self, alias: str, names: Sequence[str]) -> None:
         """Rows of dropped partitions leave the state (no retractions are emitted, as in the delta join): later
         changes of their partners no longer join with them."""
         super()._forget(alias, names)
@@ -104,7 +105,9 @@ class StatefulJoin(Job):
         """Checkpoint plus the in-memory state of every input (grows with the inputs)."""
         return super().state_bytes() + sum(int(f.estimated_size()) for f in self._state.values())
 
-    def _fetch_from(self, state: dict[str, pl.DataFrame], images: dict[str, pl.DataFrame] | None = None):
+    def _fetch_from(
+        self, state: dict[str, pl.DataFrame], images: dict[str, pl.DataFrame] | None = None
+    ) -> Callable[[str, tuple[str, ...], pl.DataFrame], pl.DataFrame]:
         """A probe of the state (a hash join on any columns), plus the step's images when retracting."""
 
         def fetch(alias: str, probe: tuple[str, ...], keys: pl.DataFrame) -> pl.DataFrame:
@@ -121,7 +124,7 @@ class StatefulJoin(Job):
     # ------------------------------------------------------------ steps
     def _step(self) -> JobReport | None:
         changes: dict[str, pl.DataFrame] = {}
-        consumed: dict[str, dict[int, int]] = {}
+        consumed: dict[str, BucketOffsets] = {}
         records = 0
         for alias in self.inputs:
             ranges = self._ranges(alias)

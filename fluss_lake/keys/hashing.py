@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -143,7 +144,7 @@ class ByteRanges:
         return int(self.starts.size)
 
 
-KeyBytes = pa.Array | pa.ChunkedArray | ByteStrings | ByteRanges
+KeyBytes: TypeAlias = pa.Array | pa.ChunkedArray | ByteStrings | ByteRanges
 
 
 def _buffer_u8(buf: pa.Buffer | None) -> np.ndarray:

@@ -59,7 +59,7 @@ def _encode_one(value: Any, dtype: pl.DataType) -> bytes | None:
 def encode_key(values: Sequence[Any], dtypes: Sequence[pl.DataType]) -> bytes | None:
     """Compacted key bytes of one row's key columns (None: use the vectorized encoder)."""
     parts = []
-    for value, dtype in zip(values, dtypes):
+    for value, dtype in zip(values, dtypes, strict=True):
         part = _encode_one(value, dtype)
         if part is None:
             return None

@@ -111,9 +111,10 @@ class KvSnapshots:
         if os.path.exists(target):
             return
         os.makedirs(self.shared_dir, exist_ok=True)
-        index = index_path(segment.path)
-        if os.path.exists(index):  # the index first: a published segment has its index file (when it has one)
-            _link_published(self.shared_dir, index, index_path(target), lambda: _file_bytes(index))
+        assert segment.path is not None, "a flushed segment has a file"
+        index_file = index_path(segment.path)
+        if os.path.exists(index_file):  # the index first: a published segment has its index file (if it has one)
+            _link_published(self.shared_dir, index_file, index_path(target), lambda: _file_bytes(index_file))
         _link_published(self.shared_dir, segment.path, target, lambda: _segment_bytes(segment))
 
     def collect(self, kv: KvStore, *, retained: int) -> None:
@@ -185,6 +186,8 @@ def _file_bytes(path: str) -> bytes | None:
 def _segment_bytes(segment: Segment) -> bytes:
     """A segment's file bytes, rewritten from its mapping if the file is gone."""
     try:
+        if segment.path is None:
+            raise FileNotFoundError("an in-memory segment has no file")
         with open(segment.path, "rb") as handle:
             return handle.read()
     except FileNotFoundError:

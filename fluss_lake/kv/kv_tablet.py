@@ -390,9 +390,10 @@ class KvTablet:
             exists[keys] = outcome.after_exists.to_numpy()
         changed = np.flatnonzero(touched)
         keys_of_changed = batch[first[changed]].select(self.primary_key)
-        rows, types, seq, sub = (
-            (np.concatenate(parts) for parts in zip(*records, strict=False)) if records else ([],) * 4
-        )
+        if records:
+            rows, types, seq, sub = (np.concatenate(parts) for parts in zip(*records, strict=True))
+        else:
+            rows = types = seq = sub = np.empty(0, dtype=np.int64)
         order = np.lexsort((sub, seq)) if len(rows) else np.empty(0, dtype=np.int64)
         last = np.full(len(first), -1, dtype=np.int64)  # changelog position of each key's last record
         np.maximum.at(last, key_id[np.asarray(seq, dtype=np.int64)[order]], np.arange(len(order), dtype=np.int64))

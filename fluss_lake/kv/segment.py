@@ -118,8 +118,8 @@ class SegmentIndex:
             with open(tmp, "wb") as handle:
                 handle.write(_INDEX_MAGIC)
                 handle.write(header.tobytes())
-                handle.write(memoryview(np.ascontiguousarray(self.starts)).cast("B"))
-                handle.write(memoryview(np.ascontiguousarray(self.fingerprints)).cast("B"))
+                handle.write(np.ascontiguousarray(self.starts).data.cast("B"))
+                handle.write(np.ascontiguousarray(self.fingerprints).data.cast("B"))
             if fsync:
                 fsync_file(tmp)
             os.replace(tmp, path)
@@ -173,7 +173,7 @@ class SegmentIndex:
     @property
     def starts_view(self) -> memoryview:
         """The directory as a memoryview: items read as Python ints."""
-        return memoryview(self.starts)
+        return self.starts.data
 
 
 @dataclass
@@ -244,7 +244,7 @@ class Segment:
     def index(self) -> SegmentIndex | None:
         """The segment's in-RAM probe index (built on first use), or None for small segments."""
         try:
-            return self._index  # type: ignore[attr-defined,no-any-return]
+            return self._index  # type: ignore[attr-defined]
         except AttributeError:
             index = None
             if self.rows >= _INDEX_MIN_ROWS:
@@ -280,7 +280,7 @@ class Segment:
         """The hash column as a memoryview (cached): items read as Python ints without numpy scalars."""
         view = self.__dict__.get("_view")
         if view is None:
-            view = memoryview(np.ascontiguousarray(self.hashes))
+            view = np.ascontiguousarray(self.hashes).data
             object.__setattr__(self, "_view", view)
         return view
 
@@ -320,13 +320,11 @@ def _point_reader(array: pa.Array) -> Callable[[int], object]:
     """A reader of ``array[pos].as_py()`` that skips Arrow scalar boxing for common types without nulls."""
     kind = array.type
     if array.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)) and len(array):
-        return memoryview(array.to_numpy(zero_copy_only=True)).__getitem__
+        return array.to_numpy(zero_copy_only=True).data.__getitem__
     if array.null_count == 0 and (pa.types.is_large_string(kind) or pa.types.is_string(kind)) and len(array):
-        offsets = memoryview(
-            np.frombuffer(array.buffers()[1], dtype=np.int64 if pa.types.is_large_string(kind) else np.int32)[
-                array.offset : array.offset + len(array) + 1
-            ]
-        )
+        offsets = np.frombuffer(array.buffers()[1], dtype=np.int64 if pa.types.is_large_string(kind) else np.int32)[
+            array.offset : array.offset + len(array) + 1
+        ].data
         data = memoryview(array.buffers()[2] or b"")  # no data buffer when every string is empty
 
         def string(pos: int) -> str:

@@ -358,7 +358,7 @@ class StateReader:
         for rank, segment in enumerate(self.segments):
             if not segment.rows:
                 continue
-            lazy = pl.scan_ipc(segment.path) if segment.path else pl.from_arrow(segment.table).lazy()
+            lazy = pl.scan_ipc(segment.path) if segment.path else pl.DataFrame(pl.from_arrow(segment.table)).lazy()
             present = set(segment.table.column_names)
             lazy = lazy.with_columns(
                 [pl.lit(None, dtype).alias(n) for n, dtype in self.schema.items() if n not in present]

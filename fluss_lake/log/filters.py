@@ -22,11 +22,11 @@ Filters = Sequence[Condition] | Sequence[Sequence[Condition]]
 _OPS = ("=", "==", "!=", "<>", "<", "<=", ">", ">=", "in", "not in", "is null", "is not null", "between")
 
 
-def normalize_filters(filters: Filters | None, columns: Sequence[str]) -> list[list[Condition]]:
+def normalize_filters(filters: Filters | None, columns: Sequence[str] | pl.Schema) -> list[list[Condition]]:
     """DNF as a list of AND-groups; checks columns and operators."""
     if not filters:
         return []
-    groups = [list(filters)] if isinstance(filters[0], tuple) else [list(g) for g in filters]  # type: ignore[arg-type]
+    groups: list[list[Any]] = [list(filters)] if isinstance(filters[0], tuple) else [list(g) for g in filters]
     for group in groups:
         for condition in group:
             if not isinstance(condition, tuple) or len(condition) not in (2, 3):
@@ -36,7 +36,9 @@ def normalize_filters(filters: Filters | None, columns: Sequence[str]) -> list[l
                 raise InvalidConfigError(f"filter names unknown column {column!r}; the table has {list(columns)}")
             if op not in _OPS:
                 raise InvalidConfigError(f"filter operator {condition[1]!r} is not supported; use one of {list(_OPS)}")
-    normalized = [[(c[0], str(c[1]).lower(), c[2] if len(c) == 3 else None) for c in g] for g in groups]
+    normalized: list[list[Condition]] = [
+        [(c[0], str(c[1]).lower(), c[2] if len(c) == 3 else None) for c in g] for g in groups
+    ]
     if isinstance(columns, pl.Schema):
         for group in normalized:
             for condition in group:

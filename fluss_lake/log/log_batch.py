@@ -74,7 +74,7 @@ def _stats_frame(data: pl.DataFrame, columns: tuple[str, ...]) -> tuple[pl.DataF
     selected = data.select(columns)
     nan_columns = [c for c in columns if selected.schema[c].is_float() and bool(selected.get_column(c).is_nan().any())]
     stats = pl.concat([selected.min(), selected.max()])
-    return stats, {c: int(n) for c, n in zip(columns, selected.null_count().row(0))}, nan_columns
+    return stats, {c: int(n) for c, n in zip(columns, selected.null_count().row(0), strict=True)}, nan_columns
 
 
 def delete_count(rows: pa.Table) -> int:
@@ -100,7 +100,7 @@ def encode_batch(
     """Serialize a batch (rows already carry the change type column when the table needs one)."""
     if isinstance(rows, pa.Table):
         table = rows
-        frame = pl.from_arrow(rows.select(list(stats_columns))) if stats_columns else None
+        frame = pl.DataFrame(pl.from_arrow(rows.select(list(stats_columns)))) if stats_columns else None
     else:
         table = rows.to_arrow()
         frame = rows

@@ -98,7 +98,7 @@ class LogTablet:
     def _load(self) -> _Known:
         """List the bucket (collecting temp files of killed writers); afterwards only probe forward."""
         self.store.collect_temp(self.prefix, older_than_s=3600)
-        self._segments: dict[str, SegmentReader] = {}
+        self._segments = {}
         bases, sources = self._listing()
         if not bases:
             return _Known([], 0, 0, {}, sources, time.monotonic())

@@ -77,7 +77,7 @@ def _bucket_positions(buckets: np.ndarray) -> dict[int, np.ndarray | None]:
     order = np.argsort(buckets, kind="stable")
     ordered = buckets[order]
     cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
-    return {int(ordered[start]): part for start, part in zip(np.r_[0, cuts], np.split(order, cuts))}
+    return {int(ordered[start]): part for start, part in zip(np.r_[0, cuts], np.split(order, cuts), strict=True)}
 
 
 def _by_partition(runtime: TableRuntime, keys: pl.DataFrame) -> list[tuple[TabletSet | None, pl.DataFrame, np.ndarray]]:
@@ -298,7 +298,11 @@ class PrefixLookuper:
         `with_offsets` adds ``_bucket`` and ``_offset`` as :meth:`Lookuper.lookup` does."""
         runtime = self.runtime
         frame = _key_frame(runtime.schema, keys, self.columns)
-        empty = {**runtime.schema.polars_schema, "_key_index": pl.Int64, **(_OFFSET_SCHEMA if with_offsets else {})}
+        empty: dict[str, Any] = {
+            **runtime.schema.polars_schema,
+            "_key_index": pl.Int64,
+            **(_OFFSET_SCHEMA if with_offsets else {}),
+        }
         if self._partitioned:
             parts = []
             for tablets, part_keys, pos in _by_partition(runtime, frame):

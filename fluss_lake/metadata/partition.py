@@ -115,7 +115,7 @@ def value_string(value: object, dtype: pl.DataType) -> str:
     if isinstance(dtype, pl.Boolean):
         return "true" if value else "false"
     if isinstance(dtype, pl.Binary):
-        return bytes(value).hex()  # type: ignore[arg-type]
+        return bytes(value).hex()  # type: ignore[call-overload]  # a Binary column holds bytes
     if isinstance(dtype, (pl.Float32, pl.Float64)):
         return _java_float(float(value), isinstance(dtype, pl.Float32))  # type: ignore[arg-type]
     if isinstance(dtype, pl.Date):
@@ -152,7 +152,8 @@ def partition_name_of(
 
     Examples
     --------
-    >>> partition_name_of({"region": "eu", "day": 1, "id": 7}, ["region", "day"], {"region": pl.String, "day": pl.Int32})
+    >>> dtypes = {"region": pl.String, "day": pl.Int32}
+    >>> partition_name_of({"region": "eu", "day": 1, "id": 7}, ["region", "day"], dtypes)
     'eu$1'
     """
     return partition_name([value_string(row[k], dtypes[k]) for k in partition_keys])
@@ -216,7 +217,7 @@ def spec_of(partition_keys: Sequence[str], spec: str | Mapping[str, object]) -> 
                 f"partition name {spec!r} has {len(values)} value(s); this table is "
                 f"partitioned by {list(partition_keys)}"
             )
-        return dict(zip(partition_keys, values))
+        return dict(zip(partition_keys, values, strict=True))
     if not isinstance(spec, Mapping) or set(spec) != set(partition_keys):
         raise InvalidPartitionError(
             f"a partition spec must give exactly the partition keys {list(partition_keys)}; got {spec!r}"

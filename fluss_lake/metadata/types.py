@@ -7,6 +7,7 @@ DDL carries over, and are used when a type is shown.
 from __future__ import annotations
 
 import re
+from typing import Literal, TypeAlias
 
 import polars as pl
 import pyarrow as pa
@@ -15,7 +16,7 @@ from fluss_lake.exceptions import InvalidTableError
 
 __all__ = ["DataTypeLike", "to_polars_dtype", "fluss_type_name", "KEY_UNSUPPORTED", "is_key_supported"]
 
-DataTypeLike = str | pl.DataType | type[pl.DataType] | pa.DataType
+DataTypeLike: TypeAlias = str | pl.DataType | type[pl.DataType] | pa.DataType
 
 _SIMPLE: dict[str, pl.DataType] = {
     "BOOLEAN": pl.Boolean(),
@@ -33,7 +34,7 @@ _SIMPLE: dict[str, pl.DataType] = {
 _PARAM = re.compile(r"^\s*([A-Z_]+)\s*(?:\(\s*([0-9]+)\s*(?:,\s*([0-9]+)\s*)?\))?\s*$")
 
 
-def _time_unit(precision: int) -> str:
+def _time_unit(precision: int) -> Literal["ms", "us", "ns"]:
     """Smallest Polars time unit that keeps `precision` fractional digits."""
     return "ms" if precision <= 3 else ("us" if precision <= 6 else "ns")
 
@@ -80,7 +81,7 @@ def to_polars_dtype(dtype: DataTypeLike) -> pl.DataType:
     if isinstance(dtype, str):
         return _parse(dtype)
     if isinstance(dtype, pa.DataType):
-        return pl.from_arrow(pa.array([], type=dtype)).dtype  # type: ignore[union-attr]
+        return pl.Series(pa.array([], type=dtype)).dtype
     if isinstance(dtype, type) and issubclass(dtype, pl.DataType):
         return dtype()
     if isinstance(dtype, pl.DataType):
@@ -101,9 +102,9 @@ def fluss_type_name(dtype: pl.DataType) -> str:
     if dtype == pl.Time():
         return "TIME"
     if isinstance(dtype, pl.List | pl.Array):
-        return f"ARRAY<{fluss_type_name(dtype.inner)}>"
+        return f"ARRAY<{fluss_type_name(to_polars_dtype(dtype.inner))}>"
     if isinstance(dtype, pl.Struct):
-        return "ROW<" + ", ".join(f"{f.name} {fluss_type_name(f.dtype)}" for f in dtype.fields) + ">"
+        return "ROW<" + ", ".join(f"{f.name} {fluss_type_name(to_polars_dtype(f.dtype))}" for f in dtype.fields) + ">"
     return str(dtype)
 
 

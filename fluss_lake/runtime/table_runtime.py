@@ -125,7 +125,7 @@ class TableRuntime:
     def open_tablet_sets(self) -> list[TabletSet]:
         """Every tablet set this process opened."""
         opened = list(self._partitions.values())
-        return opened + [self._unpartitioned] if self._unpartitioned is not None else opened
+        return [*opened, self._unpartitioned] if self._unpartitioned is not None else opened
 
     # ------------------------------------------------------------ partitions
     def list_partitions(self) -> list[PartitionInfo]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
+from typing import Any
 
 import polars as pl
 
@@ -105,7 +106,7 @@ def state_as_of(
             what = "(partition name, bucket) pairs" if partitioned else "bucket numbers"
             raise InvalidConfigError(f"offsets must map {what} to non-negative end offsets, got {bad}")
         on = [PARTITION, BUCKET] if partitioned else [BUCKET]
-        keys = list(offsets)
+        keys: list[Any] = list(offsets)
         data = {PARTITION: [k[0] for k in keys], BUCKET: [k[1] for k in keys]} if partitioned else {BUCKET: keys}
         ends = pl.LazyFrame(
             {**data, "__end": list(offsets.values())}, schema={**{c: schema[c] for c in on}, "__end": pl.Int64}
