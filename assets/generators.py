@@ -233,7 +233,9 @@ def payments(s: Scenario, batch: int) -> pl.DataFrame:
         pl.Series("ip_country", ip_country),
         pl.Series("device_id", device.astype(np.int64)).cast(pl.String).str.pad_start(13, "0"),
         pl.Series("is_new_device", new_device),
-        (pl.col("created_at") + pl.duration(milliseconds=pl.Series(rng.integers(500, 30_000, n)))).alias("paid_at"),
+        (pl.col("created_at") + pl.duration(milliseconds=pl.lit(pl.Series(rng.integers(500, 30_000, n))))).alias(
+            "paid_at"
+        ),
         pl.Series("is_fraud", is_fraud),
     )
     return _conform(frame, "payments")

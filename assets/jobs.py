@@ -22,7 +22,8 @@ Examples
 [(True, False, 1.0, 'low'), (False, True, None, 'high')]
 """
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import dagster as dg
 import polars as pl
@@ -173,9 +174,15 @@ def customer_spend_job(connection: fl.Connection) -> Aggregation:
     )
 
 
-def _run(connection: fl.Connection, make: Any, result: str, config: JobConfig) -> tuple[Job, JobReport, bool]:
+_J = TypeVar("_J", bound=Job)
+
+
+def _run(
+    connection: fl.Connection, make: Callable[[fl.Connection], _J], result: str, config: JobConfig
+) -> tuple[_J, JobReport, bool]:
     """Build the job (resetting it first if asked), run it once, return the job, its report and whether it reset."""
     reset = config.reset
+    job: _J | None
     try:
         job = make(connection)
     except JobStateError as exc:
@@ -194,6 +201,7 @@ def _run(connection: fl.Connection, make: Any, result: str, config: JobConfig) -
         else:
             _reset(connection, job, result)
         job = make(connection)
+    assert job is not None  # None only when building failed with reset, and the reset branch built it again
     return job, job.run_once(), reset
 
 
@@ -254,6 +262,7 @@ def fraud_risk(config: JobConfig, live: LiveStore) -> dg.MaterializeResult:
     """Run the lookup join once: new payments enriched with their customer's current row, scored, appended."""
     connection = live.connection()
     job, report, reset = _run(connection, fraud_risk_job, "fraud_risk", config)
+    assert job.sink is not None  # fraud_risk_job always appends into the fraud_risk table
     return dg.MaterializeResult(metadata=live_metadata(job.sink, None, None, _job_metadata(job, report, reset)))
 
 

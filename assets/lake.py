@@ -28,7 +28,7 @@ from assets.resources import LakeCatalog, LiveStore
 from assets.tables import DEMO_TABLES, LiveTableSpec
 from fluss_lake import options as opt
 from fluss_lake.exceptions import TableNotExistError
-from tiering.schema import HISTORY_COLUMNS, SYSTEM_COLUMNS
+from tiering.schema import HISTORY_COLUMNS, SYSTEM_COLUMNS, LakeKind
 
 if TYPE_CHECKING:
     import fluss_lake as fl
@@ -124,7 +124,7 @@ def tier_lake(context: dg.AssetExecutionContext, live: LiveStore, lake: LakeCata
     for report in reports:
         name = report.table.table
         spec = DEMO_TABLES[name]
-        common = {
+        common: dict[str, Any] = {
             "lake_table": str(report.table),
             "committed": report.committed,
             "seconds": round(report.seconds, 3),
@@ -260,7 +260,7 @@ def _parity_check(spec: LiveTableSpec, history: bool) -> dg.AssetChecksDefinitio
     )
     def _check(live: LiveStore, lake: LakeCatalog) -> dg.AssetCheckResult:
         connection, lk = live.connection(), lake.lake()
-        kind = "history" if history else ("primary-key" if spec.is_primary_key_table else "log")
+        kind: LakeKind = "history" if history else ("primary-key" if spec.is_primary_key_table else "log")
         if not connection.table_exists(spec.path) or lk.load(spec.path, kind) is None:
             return _lake_missing(spec, history)
         table = connection.get_table(spec.path)
@@ -304,7 +304,7 @@ def _schema_check(spec: LiveTableSpec, history: bool) -> dg.AssetChecksDefinitio
     )
     def _check(live: LiveStore, lake: LakeCatalog) -> dg.AssetCheckResult:
         connection, lk = live.connection(), lake.lake()
-        kind = "history" if history else ("primary-key" if spec.is_primary_key_table else "log")
+        kind: LakeKind = "history" if history else ("primary-key" if spec.is_primary_key_table else "log")
         iceberg = lk.load(spec.path, kind) if connection.table_exists(spec.path) else None
         if iceberg is None:
             return _lake_missing(spec, history)

@@ -17,6 +17,7 @@ The tables fed from these by zero-state jobs (``orders_enriched``, ``fraud_risk`
 :mod:`assets.jobs`.
 """
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -147,7 +148,12 @@ def _asset(name: str, **kwargs: Any) -> Any:
 
 
 def _upsert_generated(
-    context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore, demo: DemoScenario, name: str, generate
+    context: dg.AssetExecutionContext,
+    config: LiveBatchConfig,
+    live: LiveStore,
+    demo: DemoScenario,
+    name: str,
+    generate: Callable[[Scenario, int], pl.DataFrame],
 ) -> dg.MaterializeResult:
     """Upsert the generated rows of the run's batch into one demo table and report what the write did."""
     scenario, batch = demo.scenario(), _batch(context, config)

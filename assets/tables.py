@@ -255,7 +255,7 @@ def schema_differences(spec: LiveTableSpec, table: fl.Table) -> list[str]:
     problems = []
     if [name for name, _ in found] != [name for name, _ in declared]:
         problems.append(f"columns {[n for n, _ in found]} != declared {[n for n, _ in declared]}")
-    for (name, kind), (other, stored_kind) in zip(declared, found):
+    for (name, kind), (other, stored_kind) in zip(declared, found, strict=False):
         if name == other and _normalize(kind) != stored_kind:
             problems.append(f"column {name}: {stored_kind} != declared {kind}")
     if tuple(stored.primary_key) != spec.primary_key:

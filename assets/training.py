@@ -126,7 +126,9 @@ def build_training_set(lake: tiering.Lake, start_day: str, end_day: str | None =
             name="customer_spend",
         ),
     ]
-    return training_set(entities, views, timestamp_column="decision_ts")
+    frame = training_set(entities, views, timestamp_column="decision_ts")
+    assert isinstance(frame, pl.DataFrame)  # a DataFrame of entities gives a DataFrame
+    return frame
 
 
 def read_training_set(connection: fl.Connection, day: str) -> pl.DataFrame:
@@ -149,11 +151,13 @@ def _fraud_training_set(context: dg.AssetExecutionContext, live: LiveStore, lake
         per_day[day] = rows.height
     features = [c for c in frame.columns if c.startswith(("c360__", "spend__"))]
     null_rate = {c: round(frame[c].null_count() / frame.height, 4) if frame.height else None for c in features}
+    fraud_rate = frame["is_fraud"].mean() if frame.height else 0.0
+    assert isinstance(fraud_rate, float)  # the mean of the Boolean label
     meta: dict[str, Any] = {
         "dagster/row_count": frame.height,
         "days": dg.MetadataValue.json(per_day),
         "location": f"{live.connection().url}/{TRAINING_PREFIX}",
-        "fraud_rate": round(float(frame["is_fraud"].mean()), 4) if frame.height else 0.0,
+        "fraud_rate": round(fraud_rate, 4),
         "feature_null_rate": dg.MetadataValue.json(null_rate),
         "dagster/column_schema": dg.TableSchema(
             columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()]

@@ -10,6 +10,7 @@ then killed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -115,10 +116,8 @@ def run_ui(
             time.sleep(0.2)
         if requested and child.poll() is None:
             child.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(stop_timeout)
-            except subprocess.TimeoutExpired:
-                pass
         _end_group(child.pid, grace=min(10.0, stop_timeout))
         code = child.wait()
         return 0 if requested else code

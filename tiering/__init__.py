@@ -4,7 +4,8 @@ The lake is any pyiceberg catalog (:class:`Lake`; a sqlite catalog with a local 
 by default). :func:`tier_once` runs one round over the tables with ``table.datalake.enabled``;
 :class:`TieringService` keeps them within ``table.datalake.freshness``. Reads: :func:`read_lake`,
 :func:`read_history` (the changelog of a primary-key table), :func:`union_read` (lake snapshot + live tail) and
-:func:`register_duckdb`; :func:`compact_table` bounds the position deletes of a current-state table. Layout and guarantees: ``docs/TIERING.md``.
+:func:`register_duckdb`; :func:`compact_table` bounds the position deletes of a current-state table. Layout and
+guarantees: ``docs/TIERING.md``.
 """
 
 from tiering.committer import TableTieringReport, tier_table

@@ -37,6 +37,7 @@ from tiering.state_index import state_index
 if TYPE_CHECKING:
     from fluss_lake.table import Table
     from tiering.lake import Lake
+    from tiering.schema import LakeKind
 
 __all__ = ["DEFAULT_COMPACTION", "CompactionPolicy", "CompactionReport", "compact_history", "compact_table"]
 
@@ -51,10 +52,10 @@ class CompactionPolicy:
     --------
     >>> CompactionPolicy().delete_ratio
     0.3
-    >>> CompactionPolicy(delete_ratio=0)
+    >>> CompactionPolicy(delete_ratio=0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    fluss_lake.exceptions.InvalidConfigError: delete_ratio must be in (0, 1], got 0; e.g. 0.3 rewrites a data file once 30% of its rows are deleted
+    fluss_lake.exceptions.InvalidConfigError: delete_ratio must be in (0, 1], got 0; e.g. 0.3 rewrites a data file ...
     """
 
     delete_ratio: float = 0.3  # rewrite a data file once this fraction of its rows is deleted
@@ -176,7 +177,7 @@ def compact_history(
 
 
 def _retrying(
-    live: Table, lake: Lake, kind: str, table: Any, what: str, compact: Callable[[Any, float], CompactionReport]
+    live: Table, lake: Lake, kind: LakeKind, table: Any, what: str, compact: Callable[[Any, float], CompactionReport]
 ) -> CompactionReport:
     """Run `compact` on the lake table of `kind`, planning again on the new snapshot when a tiering round commits
     first (a lost optimistic commit)."""
@@ -320,7 +321,7 @@ def _compact(
     where = {f.file_path: (part(f), f.partition, f.file_path.rsplit("/", 1)[0]) for f in data}
     merged: dict[Any, tuple[Any, str, list[pa.Table]]] = {}
     for (path,), frame in stay.partition_by("file_path", as_dict=True).items() if stay.height else ():
-        key, record, folder = where[path]  # type: ignore[index]
+        key, record, folder = where[path]
         merged.setdefault(key, (record, folder, []))[2].append(frame.to_arrow())
     new_deletes = [(record, folder, pa.concat_tables(frames)) for record, folder, frames in merged.values()]
     rows = pa.schema(table.schema().as_arrow()).empty_table()

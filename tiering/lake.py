@@ -237,8 +237,8 @@ class Lake:
     def drop(self, path: str | TablePath) -> None:
         """Drop the lake table of a live table and its history table (their files stay until maintenance)."""
         for kind in ("log", "history"):
-            if self.load(path, kind) is not None:  # type: ignore[arg-type]
-                self.catalog.drop_table(self.identifier(path, kind))  # type: ignore[arg-type]
+            if self.load(path, kind) is not None:
+                self.catalog.drop_table(self.identifier(path, kind))
 
     def __repr__(self) -> str:
         return f"<Lake {self.properties.get('type')} {self.properties.get('warehouse', '')}>"
@@ -258,7 +258,7 @@ def expire_dropped_partitions(live: Table, tables: Mapping[str, IcebergTable | N
             table, live, kind if kind == "history" else ("primary-key" if live.is_primary_key_table else "log")
         )
         removed.update(_expire_files(table, live, existing))
-    return sorted(removed)  # type: ignore[type-var]
+    return sorted(removed)
 
 
 def _check_owner(table: IcebergTable, live: Table, kind: LakeKind) -> None:
@@ -266,8 +266,9 @@ def _check_owner(table: IcebergTable, live: Table, kind: LakeKind) -> None:
     owner = table.properties.get(TABLE_ID_PROPERTY)
     if owner != live.info.table_id or table.properties.get(_KIND_PROPERTY) != kind:
         raise LakeTableMismatchError(
-            f"lake table {'.'.join(table.name())} belongs to live table id {owner} ({table.properties.get(_KIND_PROPERTY)}"
-            f"), not to {live.path} (id {live.info.table_id}, {kind}): the live table was dropped and created again."
+            f"lake table {'.'.join(table.name())} belongs to live table id {owner}"
+            f" ({table.properties.get(_KIND_PROPERTY)}), not to {live.path} (id {live.info.table_id}, {kind}):"
+            " the live table was dropped and created again."
             " Drop the old lake table (Lake.drop) or rename it to keep its data, then tier again"
         )
 

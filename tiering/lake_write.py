@@ -171,7 +171,8 @@ def _partition_tasks(
 
     if main.current_snapshot() is None or not keys:
         return []
-    scan = main.scan(row_filter=In(BUCKET, sorted({b for _, b in keys})))
+    # pyiceberg's In takes (term, literals) in __new__; mypy checks the call against its pydantic fields instead
+    scan = main.scan(row_filter=In(BUCKET, sorted({b for _, b in keys})))  # type: ignore[call-arg, arg-type]
     found = []
     for task in scan.plan_files():  # manifests give each file's partition: keep the touched partitions' files
         key = file_key(main, task.file, schema, partition_keys)

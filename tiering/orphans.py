@@ -62,7 +62,7 @@ def remove_orphan_files(
         )
     reports = []
     for kind in ("log", "history"):
-        table = lake.load(path, kind)  # type: ignore[arg-type]
+        table = lake.load(path, kind)
         if table is not None:
             reports.append(_remove(table, older_than_s, dry_run))
     return reports

@@ -9,7 +9,7 @@ the first system column, so system columns stay last.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import polars as pl
 import pyarrow as pa
@@ -57,10 +57,12 @@ def arrow_type(dtype: pl.DataType) -> pa.DataType:
         return pa.timestamp("us", tz="UTC" if dtype.time_zone else None)
     if isinstance(dtype, pl.Decimal):
         return pa.decimal128(dtype.precision, dtype.scale)
+    # polars annotates `.inner` and `Field.dtype` as class-or-instance, but their constructors always store an
+    # instance (parse_into_dtype)
     if isinstance(dtype, pl.List | pl.Array):
-        return pa.list_(arrow_type(dtype.inner))
+        return pa.list_(arrow_type(cast(pl.DataType, dtype.inner)))
     if isinstance(dtype, pl.Struct):
-        return pa.struct([pa.field(f.name, arrow_type(f.dtype)) for f in dtype.fields])
+        return pa.struct([pa.field(f.name, arrow_type(cast(pl.DataType, f.dtype))) for f in dtype.fields])
     raise LakeTableMismatchError(
         f"column type {dtype} has no Iceberg mapping; use a Fluss type (INT, BIGINT, "
         "STRING, DECIMAL, TIMESTAMP_LTZ, ARRAY, ROW, ...)"

@@ -150,6 +150,7 @@ def table_lag(live: Table, lake: Lake, *, now_ms: int | None = None) -> TableLag
     """Offsets per bucket not yet in the lake, and for how long the lake has been missing commits (seconds)."""
     snap = lake.snapshot(live.path)
     now_offsets = live_offsets(live)
+    behind: dict[Any, int]  # keyed by (partition name, bucket), then by bucket alone if unpartitioned
     behind = {k: max(0, o - snap.start(k, now_offsets.ids.get(k[0]))) for k, o in now_offsets.end.items()}  # type: ignore[arg-type]
     if not live.is_partitioned:
         behind = {b: o for (_, b), o in behind.items()}

@@ -3,9 +3,9 @@
 A tiering round must delete the old row of every key it changes. It reads only the primary-key columns of the
 data files of the touched ``(partition, bucket)``s, numbers their rows (the Iceberg position), keeps the
 positions of touched keys and drops those already deleted by earlier delete files. Data files and delete files
-are immutable, so their key columns and deleted positions (and manifests' entries) are cached by file path in the :class:`StateIndex`
-of a :class:`~tiering.Lake` (bounded; least recently used first out): a tiering process reads the key columns
-of a file once, and after its first round only the files the previous round added.
+are immutable, so their key columns and deleted positions (and manifests' entries) are cached by file path in
+the :class:`StateIndex` of a :class:`~tiering.Lake` (bounded; least recently used first out): a tiering process
+reads the key columns of a file once, and after its first round only the files the previous round added.
 """
 
 from __future__ import annotations
