@@ -25,7 +25,7 @@ from fluss_lake.jobs._exactly_once import (
     step_ranges,
     write_once,
 )
-from fluss_lake.jobs.job import Job, JobReport, default_job_name
+from fluss_lake.jobs.job import Job, JobReport, StartFrom, default_job_name
 from fluss_lake.kv.merge import MergeSpec
 from fluss_lake.table import Table
 
@@ -81,7 +81,7 @@ class Aggregation(Job):
         where: pl.Expr | None = None,
         name: str | None = None,
         batch_rows: int = 1_000_000,
-        start: str = "earliest",
+        start: StartFrom = "earliest",
     ) -> None:
         self.source, self.result, self.where = source, result, where
         self.group_by = dict(group_by) if isinstance(group_by, Mapping) else {c: c for c in group_by}

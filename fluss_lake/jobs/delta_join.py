@@ -31,7 +31,7 @@ from fluss_lake._utils.distinct import distinct
 from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError
 from fluss_lake.jobs._expansion import PENDING, emit, expand, project
 from fluss_lake.jobs.checkpoint import BucketOffsets
-from fluss_lake.jobs.job import Job, JobReport, default_job_name, partition_names
+from fluss_lake.jobs.job import Job, JobReport, StartFrom, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 from fluss_lake.jobs.result_writes import write_changes
 from fluss_lake.table import Table
@@ -86,7 +86,7 @@ class DeltaJoin(Job):
         condition: pl.Expr | None = None,
         name: str | None = None,
         batch_rows: int = BATCH_ROWS,
-        start: str = "earliest",
+        start: StartFrom = "earliest",
         emit_per_input: bool = False,
     ) -> None:
         self.plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import polars as pl
 
@@ -31,7 +32,10 @@ from fluss_lake.jobs.checkpoint import BucketOffsets, Checkpoint, CheckpointStor
 from fluss_lake.metadata.partition import partition_names as metadata_partition_names
 from fluss_lake.table import Table
 
-__all__ = ["Job", "JobReport"]
+__all__ = ["Job", "JobReport", "StartFrom"]
+
+#: Where a job starts reading an input its checkpoint does not know: the log start, or its end now.
+StartFrom = Literal["earliest", "latest"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class Job:
         inputs: Mapping[str, Table],
         *,
         batch_rows: int = 100_000,
-        start: str = "earliest",
+        start: StartFrom = "earliest",
     ) -> None:
         if batch_rows <= 0:
             raise InvalidConfigError(f"batch_rows={batch_rows}: must be positive")
@@ -100,7 +104,7 @@ class Job:
                 self._begin_input(alias, start)
         self._budget: int | None = None  # steps the current run_once may still take
 
-    def _begin_input(self, alias: str, start: str) -> None:
+    def _begin_input(self, alias: str, start: StartFrom) -> None:
         """Offsets of an input the checkpoint does not know yet: its log ends ('latest') or starts ('earliest')."""
         table = self.inputs[alias]
         offsets: BucketOffsets = {}

@@ -9,6 +9,7 @@ import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError, JoinNotSupportedError
 from fluss_lake.jobs.delta_join import DeltaJoin
+from fluss_lake.jobs.job import StartFrom
 from fluss_lake.jobs.join_plan import Explanation, Join, JoinPlan
 from fluss_lake.jobs.stateful_join import StatefulJoin
 from fluss_lake.table import Table
@@ -57,7 +58,7 @@ def join(
     condition: pl.Expr | None = None,
     name: str | None = None,
     batch_rows: int | None = None,
-    start: str = "earliest",
+    start: StartFrom = "earliest",
     fallback: Literal["reject", "stateful"] = "reject",
 ) -> DeltaJoin | StatefulJoin:
     """A join job: a :class:`DeltaJoin` when the join allows it, otherwise the stateful join

@@ -24,7 +24,7 @@ from fluss_lake.jobs._exactly_once import (
     step_ranges,
     write_once,
 )
-from fluss_lake.jobs.job import Job, JobReport, default_job_name
+from fluss_lake.jobs.job import Job, JobReport, StartFrom, default_job_name
 from fluss_lake.jobs.join_plan import index_columns
 from fluss_lake.table import Table
 
@@ -78,7 +78,7 @@ class LookupJoin(Job):
         sink: Table | None = None,
         name: str | None = None,
         batch_rows: int = 100_000,
-        start: str = "earliest",
+        start: StartFrom = "earliest",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not table.is_primary_key_table:

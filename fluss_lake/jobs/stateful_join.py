@@ -19,7 +19,7 @@ import polars as pl
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.jobs._expansion import TUPLE_LIVE, emit, expand
 from fluss_lake.jobs.checkpoint import BucketOffsets
-from fluss_lake.jobs.job import Job, JobReport, default_job_name, partition_names
+from fluss_lake.jobs.job import Job, JobReport, StartFrom, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 from fluss_lake.jobs.result_writes import write_changes
 from fluss_lake.table import Table
@@ -62,7 +62,7 @@ class StatefulJoin(Job):
         condition: pl.Expr | None = None,
         name: str | None = None,
         batch_rows: int = 100_000,
-        start: str = "earliest",
+        start: StartFrom = "earliest",
     ) -> None:
         self.plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
         self.result = result
