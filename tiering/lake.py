@@ -21,6 +21,7 @@ from fluss_lake.exceptions import (
 )
 from fluss_lake.metadata.table_path import TablePath
 from tiering.lake_snapshot import TABLE_ID_PROPERTY, LakeSnapshot
+from tiering.orphans import DEFAULT_ORPHAN_GRACE_S, OrphanReport, remove_orphan_files
 from tiering.schema import LakeKind, lake_arrow_schema, system_names
 
 if TYPE_CHECKING:
@@ -226,12 +227,10 @@ class Lake:
         return expire_dropped_partitions(live, {kind: self.load(live.path, kind) for kind in ("log", "history")})
 
     def remove_orphan_files(
-        self, path: str | TablePath, *, older_than_s: float = 3600.0, dry_run: bool = False
-    ) -> list[Any]:
+        self, path: str | TablePath, *, older_than_s: float = DEFAULT_ORPHAN_GRACE_S, dry_run: bool = False
+    ) -> list[OrphanReport]:
         """Delete files of the lake tables of `path` that no snapshot references (left by killed rounds) and that
         are older than `older_than_s`; see :func:`tiering.orphans.remove_orphan_files`."""
-        from tiering.orphans import remove_orphan_files
-
         return remove_orphan_files(self, path, older_than_s=older_than_s, dry_run=dry_run)
 
     def drop(self, path: str | TablePath) -> None:

@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.metadata.table_path import TablePath
 
-if TYPE_CHECKING:
-    from tiering.lake import Lake
-
 __all__ = ["DEFAULT_ORPHAN_GRACE_S", "OrphanReport", "remove_orphan_files"]
 
 DEFAULT_ORPHAN_GRACE_S = 3600.0
+
+
+class TableLoader(Protocol):
+    """What the cleanup needs of a :class:`~tiering.lake.Lake`: its Iceberg tables by path and kind."""
+
+    def load(self, path: str | TablePath, kind: Any = "log") -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +43,7 @@ class OrphanReport:
 
 
 def remove_orphan_files(
-    lake: Lake, path: str | TablePath, *, older_than_s: float = DEFAULT_ORPHAN_GRACE_S, dry_run: bool = False
+    lake: TableLoader, path: str | TablePath, *, older_than_s: float = DEFAULT_ORPHAN_GRACE_S, dry_run: bool = False
 ) -> list[OrphanReport]:
     """Delete files of the lake tables of `path` (current state or log, and history) that no snapshot references
     and that are older than `older_than_s` seconds; one report per lake table. `dry_run` only reports.
