@@ -210,9 +210,9 @@ def batch_headers(source: LogSource, bucket: int, *, start_offset: int | None = 
     tablet = source.log_tablet(bucket)
     latest = tablet.refresh()
     start = tablet.earliest_offset if start_offset is None else start_offset
-    if start >= latest:
-        return []
     check_range(tablet, start, latest)
+    if start == latest:
+        return []
     headers: list[BatchHeader] = []
 
     def keep(header: BatchHeader) -> bool:
