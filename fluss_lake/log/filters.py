@@ -14,6 +14,7 @@ import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.log.log_batch import BatchHeader
+from fluss_lake.metadata.types import fluss_type_name
 
 __all__ = ["Filters", "normalize_filters", "to_expression", "may_match"]
 
@@ -48,8 +49,6 @@ def normalize_filters(filters: Filters | None, columns: Sequence[str] | pl.Schem
 
 def _check_value(schema: pl.Schema, column: str, op: str, value: Any) -> None:
     """The value must suit the operator and compare with the column's type; say which column if not."""
-    from fluss_lake.metadata.types import fluss_type_name
-
     if op in ("in", "not in") and not isinstance(value, list | tuple | set | frozenset):
         raise InvalidConfigError(f"filter on {column!r}: '{op}' takes a list of values, not {value!r}")
     if op == "between" and not (isinstance(value, list | tuple) and len(value) == 2):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from fluss_lake.exceptions import OffsetOutOfRangeError
+from fluss_lake.exceptions import CommitConflictError, OffsetOutOfRangeError
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.log.log_batch import BatchHeader, LogBatch, SegmentReader, decode_batch, decode_header, encode_segment
 
@@ -270,8 +270,6 @@ class LogTablet:
 
         With a writer id and batch sequence the append is idempotent: a batch already committed is not added again.
         """
-        from fluss_lake.exceptions import CommitConflictError
-
         with self.lock:
             return self._append(build, clock, max_attempts, writer_id, batch_seq, CommitConflictError)
 

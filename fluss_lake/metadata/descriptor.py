@@ -12,6 +12,8 @@ import polars as pl
 
 from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError, InvalidTableError
+from fluss_lake.metadata.auto_partition import TIME_ZONE, AutoPartitionStrategy
+from fluss_lake.metadata.partition import PARTITION_KEY_TYPES, is_partition_key_type
 from fluss_lake.metadata.schema import Schema
 from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.metadata.types import KEY_UNSUPPORTED, is_key_supported
@@ -149,9 +151,6 @@ class TableDescriptor:
 
     def _validate_partitioning(self, options: dict[str, str], bucket_keys: tuple[str, ...]) -> None:
         """Fluss's partition rules (``TableDescriptorValidation.checkPartition``) and the auto-partition options."""
-        from fluss_lake.metadata.auto_partition import TIME_ZONE, AutoPartitionStrategy
-        from fluss_lake.metadata.partition import PARTITION_KEY_TYPES, is_partition_key_type
-
         keys, schema = tuple(self.partition_keys), self.schema
         if keys:
             if len(set(keys)) != len(keys):

@@ -68,8 +68,6 @@ def state_as_of(
     >>> state_as_of(t, offsets={0: 2}).collect().to_dicts()
     [{'k': 1, 'v': 'a'}, {'k': 2, 'v': 'b'}]
     """
-    from fluss_lake.table import Table
-
     if isinstance(history, Table):
         primary_key = history.schema.primary_key if primary_key is None else primary_key
         history = history_of(history, lake=lake)
