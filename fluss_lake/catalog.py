@@ -176,6 +176,8 @@ class Catalog:
     ) -> TableInfo:
         """Add nullable columns at the end and/or change alterable options (Fluss's ALTER TABLE)."""
         for key in [*(set_options or {}), *reset_options]:
+            opt.check_option_key(key)  # a misspelt key: "unknown table option ..., did you mean ...?"
+        for key in [*(set_options or {}), *reset_options]:
             if key not in opt.ALTERABLE_OPTIONS:
                 raise InvalidAlterError(
                     f"option {key!r} cannot be altered after creation; alterable options are "

@@ -132,32 +132,47 @@ def enum_value(key: str, value: str) -> str:
     normalized = str(value).strip().lower().replace("-", "_")
     allowed = _ENUMS[key]
     if normalized not in allowed:
-        error = UnsupportedMergeEngineError if key == MERGE_ENGINE else InvalidConfigError
-        raise error(f"{key}={value!r} is not allowed; choose one of {list(allowed)}")
+        if key == MERGE_ENGINE:
+            raise UnsupportedMergeEngineError(
+                f"{key}={value!r} is not a merge engine; choose one of {list(allowed)}, or leave {key} unset for "
+                "the default engine (the last row wins, with partial updates)"
+            )
+        raise InvalidConfigError(f"{key}={value!r} is not allowed; choose one of {list(allowed)}")
     return normalized
+
+
+def check_option_key(key: object) -> None:
+    """Raise InvalidConfigError for a key in Fluss's namespaces that is not an option (with the closest one).
+
+    Examples
+    --------
+    >>> try:
+    ...     check_option_key("table.log.ttll")
+    ... except InvalidConfigError as err:
+    ...     print(err)
+    unknown table option 'table.log.ttll'; did you mean 'table.log.ttl'?
+    """
+    if not isinstance(key, str) or not key:
+        raise InvalidConfigError(f"option key {key!r} must be a non-empty string")
+    if key.startswith("table.") and key not in TABLE_OPTIONS:
+        hint = difflib.get_close_matches(key, sorted(TABLE_OPTIONS), n=1)
+        raise InvalidConfigError(
+            f"unknown table option {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else "; see fluss_lake.options")
+        )
+    if key.startswith("fields.") and not _FIELD_KEY.match(key):
+        raise InvalidConfigError(
+            f"option {key!r} is not of the form 'fields.<column>.agg' or 'fields.<column>.<function>.<param>'"
+        )
+    if key.startswith("bucket.") and key not in (BUCKET_NUM, BUCKET_KEY):
+        raise InvalidConfigError(f"unknown option {key!r}; the bucket options are {BUCKET_NUM!r} and {BUCKET_KEY!r}")
 
 
 def normalize_options(options: Mapping[str, object]) -> dict[str, str]:
     """Turn user options into Fluss's string form, rejecting unknown reserved keys and bad enum values."""
     result: dict[str, str] = {}
     for key, value in options.items():
-        if not isinstance(key, str) or not key:
-            raise InvalidConfigError(f"option key {key!r} must be a non-empty string")
+        check_option_key(key)
         text = str(value).lower() if isinstance(value, bool) else str(value)
-        if key.startswith("table.") and key not in TABLE_OPTIONS:
-            hint = difflib.get_close_matches(key, sorted(TABLE_OPTIONS), n=1)
-            raise InvalidConfigError(
-                f"unknown table option {key!r}"
-                + (f"; did you mean {hint[0]!r}?" if hint else "; see fluss_lake.options")
-            )
-        if key.startswith("fields.") and not _FIELD_KEY.match(key):
-            raise InvalidConfigError(
-                f"option {key!r} is not of the form 'fields.<column>.agg' or 'fields.<column>.<function>.<param>'"
-            )
-        if key.startswith("bucket.") and key not in (BUCKET_NUM, BUCKET_KEY):
-            raise InvalidConfigError(
-                f"unknown option {key!r}; the bucket options are {BUCKET_NUM!r} and {BUCKET_KEY!r}"
-            )
         if key in _ENUMS:
             text = enum_value(key, text)
         if key == BUCKET_NUM and not text.strip().isdigit():

@@ -41,7 +41,8 @@ class AppendWriter(BatchingWriter):
     ) -> None:
         if runtime.info.is_primary_key_table:
             raise UnsupportedOperationError(
-                f"{runtime.info.path} has a primary key; use new_upsert() instead of new_append()"
+                f"{runtime.info.path} has a primary key: write it with upsert() or delete() (new_upsert() for a "
+                "buffering writer), not append()"
             )
         super().__init__(runtime, partition, buffer_rows=buffer_rows)
 

@@ -55,7 +55,8 @@ class UpsertWriter(BatchingWriter):
     ) -> None:
         if not runtime.info.is_primary_key_table:
             raise UnsupportedOperationError(
-                f"{runtime.info.path} is a log table; use new_append() (upserts and deletes need a primary key)"
+                f"{runtime.info.path} is a log table: write it with append() (new_append() for a buffering writer); "
+                "upserts and deletes need a primary key"
             )
         super().__init__(runtime, partition, buffer_rows=buffer_rows)
         spec = runtime.merge_spec

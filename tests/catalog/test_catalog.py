@@ -561,3 +561,35 @@ def test_reserved_column_names_rejected(conn: fl.Connection, name: str) -> None:
     with pytest.raises(InvalidNameError, match="reserved"):
         conn.create_table("db.t", schema={"a": "INT", name: "INT"})
     assert not conn.table_exists("db.t")
+
+
+def test_alter_with_a_misspelt_option_says_unknown_and_suggests_the_key(conn: fl.Connection) -> None:
+    conn.create_database("db")
+    conn.create_table("db.t", schema={"a": "INT"})
+    before = conn.get_table_info("db.t")
+    with pytest.raises(InvalidConfigError, match=r"unknown table option 'table.log.ttll'; did you mean 'table.log.ttl'"):
+        conn.alter_table("db.t", set_options={"table.log.ttll": "1 h"})
+    with pytest.raises(InvalidConfigError, match="did you mean 'table.log.ttl'"):
+        conn.alter_table("db.t", reset_options=["table.log.ttll"])
+    with pytest.raises(InvalidConfigError, match="the bucket options are"):
+        conn.alter_table("db.t", set_options={"bucket.nums": "2"})
+    assert conn.get_table_info("db.t") == before
+
+
+def test_an_unknown_merge_engine_says_what_leaving_it_unset_gives(conn: fl.Connection) -> None:
+    conn.create_database("db")
+    with pytest.raises(fl.UnsupportedMergeEngineError, match="leave table.merge-engine unset for the default engine"):
+        conn.create_table("db.t", schema={"a": "INT", "v": "INT"}, primary_key=["a"],
+                          options={"table.merge-engine": "last_row"})
+    assert conn.list_tables("db") == []
+
+
+def test_writing_the_wrong_kind_of_table_names_the_verb_to_use(conn: fl.Connection) -> None:
+    conn.create_database("db")
+    conn.create_table("db.pk", schema={"a": "INT"}, primary_key=["a"])
+    conn.create_table("db.log", schema={"a": "INT"})
+    with pytest.raises(fl.UnsupportedOperationError, match=r"write it with upsert\(\) or delete\(\)"):
+        conn.get_table("db.pk").append([{"a": 1}])
+    with pytest.raises(fl.UnsupportedOperationError, match=r"write it with append\(\)"):
+        conn.get_table("db.log").upsert([{"a": 1}])
+    assert conn.get_table("db.pk").to_polars().height == 0 and conn.get_table("db.log").to_polars().height == 0
