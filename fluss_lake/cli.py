@@ -13,6 +13,13 @@ import polars as pl
 
 import fluss_lake as fl
 
+#: What ``fluss-lake --help`` says: every verb, whichever package brings it.
+_DESCRIPTION = (
+    "fluss-lake: streaming tables whose state lives in storage. 'demo' is a tour of the live tables in the "
+    "terminal; 'ui' starts the Dagster UI with the Customer 360 demo; 'tier' copies lake-enabled tables into "
+    "Iceberg, once or continuously. 'fluss-lake VERB --help' says more."
+)
+
 
 def _say(text: str) -> None:
     print(text, flush=True)
@@ -120,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ``fluss_lake.commands``: each entry is a callable ``register(subparsers)`` that adds a parser and sets
     ``func`` (taking the parsed arguments, returning an exit code). The core never imports them.
     """
-    parser = argparse.ArgumentParser(prog="fluss-lake", description=__doc__)
+    parser = argparse.ArgumentParser(prog="fluss-lake", description=_DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("demo", help="create tables, write, merge, look up and read changelogs back")
     run.add_argument("--path", help="store folder or URL (default: a new temporary folder)")

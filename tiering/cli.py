@@ -1,7 +1,7 @@
 """``fluss-lake tier --once | --continuous``: the tiering service on the command line, with a progress display.
 
-Registered into the core's ``fluss-lake`` command through the ``fluss_lake.commands`` entry-point group
-(``tier = "tiering.cli:register"``); ``python -m tiering tier ...`` runs it without the entry point.
+(The core's ``fluss-lake`` command finds this verb through the ``fluss_lake.commands`` entry-point group;
+``python -m tiering tier ...`` runs it too.)
 """
 
 from __future__ import annotations
@@ -19,11 +19,19 @@ from fluss_lake.exceptions import FlussLakeError
 
 __all__ = ["main", "register", "run"]
 
+#: What ``fluss-lake tier --help`` says.
+_DESCRIPTION = (
+    "Copy every lake-enabled table (table.datalake.enabled) of a store into Iceberg tables, exactly once: log "
+    "tables are appended, primary-key tables keep their current rows plus a <table>__history changelog, and each "
+    "commit carries the bucket offsets it tiered, so a stopped or killed run resumes where it left off. --once "
+    "tiers what is there now; --continuous keeps the lake within each table's table.datalake.freshness."
+)
+
 
 def register(subparsers: Any) -> None:
     """Add the ``tier`` sub-command to an argparse sub-parsers object."""
     parser = subparsers.add_parser(
-        "tier", help="tier lake-enabled tables into Iceberg (once or continuously)", description=__doc__
+        "tier", help="tier lake-enabled tables into Iceberg (once or continuously)", description=_DESCRIPTION
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--once", action="store_true", help="one round over every lake-enabled table, then exit")
