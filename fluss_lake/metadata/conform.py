@@ -7,6 +7,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fluss_lake.exceptions import NullPrimaryKeyError, SchemaMismatchError
 from fluss_lake.metadata.schema import Schema
@@ -24,7 +25,8 @@ def to_frame(data: Any, schema: Schema) -> pl.DataFrame:
     if isinstance(data, pl.LazyFrame):
         return data.collect()
     if isinstance(data, pa.Table | pa.RecordBatch):
-        return pl.from_arrow(data)  # type: ignore[return-value]
+        _check_arrow_temporal_range(data)
+        return pl.DataFrame(pl.from_arrow(data))
     if isinstance(data, Mapping):
         raise SchemaMismatchError("pass rows as a list of dicts, a Polars DataFrame or Arrow data, not a single dict")
     if isinstance(data, Iterable):
@@ -32,7 +34,9 @@ def to_frame(data: Any, schema: Schema) -> pl.DataFrame:
         if not items:
             return pl.DataFrame(schema=schema.polars_schema)
         if all(isinstance(i, pa.RecordBatch) for i in items):
-            return pl.from_arrow(pa.Table.from_batches(items))  # type: ignore[return-value]
+            table = pa.Table.from_batches(items)
+            _check_arrow_temporal_range(table)
+            return pl.DataFrame(pl.from_arrow(table))
         if all(isinstance(i, Mapping) for i in items):
             names = list(dict.fromkeys(k for row in items for k in row))
             unknown = [n for n in names if n not in schema.names]
@@ -57,6 +61,48 @@ def to_frame(data: Any, schema: Schema) -> pl.DataFrame:
     raise SchemaMismatchError(
         f"cannot write {type(data).__name__}; pass a Polars DataFrame, Arrow data or a list of dicts"
     )
+
+
+#: Fluss's (and Python's) range of DATE and TIMESTAMP values, years 1 to 9999, in microseconds since the epoch.
+_MIN_US, _MAX_US = -62_135_596_800_000_000, 253_402_300_799_999_999
+_PER_US = {"s": (1, 1_000_000), "ms": (1, 1_000), "us": (1, 1), "ns": (1_000, 1)}  # (multiply, divide)
+
+
+def _out_of_range(name: str) -> SchemaMismatchError:
+    return SchemaMismatchError(
+        f"column {name!r} has date/time values outside the years 1 to 9999 (DATE and "
+        "TIMESTAMP range); fix or drop those rows (nothing was written)"
+    )
+
+
+def _check_arrow_temporal_range(data: pa.Table | pa.RecordBatch) -> None:
+    """Refuse Arrow dates and timestamps outside years 1 to 9999 before Polars converts them (it would wrap
+    a timestamp[s] that overflows milliseconds into another instant)."""
+    for field, column in zip(data.schema, data.columns, strict=True):
+        kind = field.type
+        if pa.types.is_timestamp(kind):
+            mul, div = _PER_US[kind.unit]
+            lo, hi = _MIN_US * mul // div, _MAX_US * mul // div
+        elif pa.types.is_date32(kind):
+            lo, hi = _MIN_US // 86_400_000_000, _MAX_US // 86_400_000_000
+        elif pa.types.is_date64(kind):
+            lo, hi = _MIN_US // 1_000, _MAX_US // 1_000
+        else:
+            continue
+        storage = pa.int32() if pa.types.is_date32(kind) else pa.int64()  # the values as stored
+        bounds = pc.min_max(column.cast(storage))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is not None and (low < lo or high > hi):
+            raise _out_of_range(field.name)
+
+
+def _check_temporal_range(series: pl.Series) -> None:
+    """Refuse dates and timestamps outside years 1 to 9999 (they cannot be read back as Python values)."""
+    if not isinstance(series.dtype, pl.Date | pl.Datetime) or not series.len() or series.null_count() == series.len():
+        return
+    years = series.dt.year()
+    if years.null_count() > series.null_count() or not (years.min() >= 1 and years.max() <= 9999):  # type: ignore[operator]
+        raise _out_of_range(series.name)
 
 
 def _kind_of(value: Any) -> str:
@@ -154,7 +200,9 @@ def conform(
     columns = []
     for column in schema.columns:
         if column.name in frame.columns:
-            columns.append(_cast(frame.get_column(column.name), column.dtype))
+            cast = _cast(frame.get_column(column.name), column.dtype)
+            _check_temporal_range(cast)
+            columns.append(cast)
         else:
             columns.append(pl.Series(column.name, [None] * frame.height, dtype=column.dtype))
     result = pl.DataFrame(columns)
