@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from fluss_lake.exceptions import NullPrimaryKeyError, SchemaMismatchError
 from fluss_lake.metadata.schema import Schema
-from fluss_lake.metadata.types import fluss_type_name
+from fluss_lake.metadata.types import fluss_type_name, to_polars_dtype
 
 __all__ = ["WriteData", "to_frame", "conform"]
 
@@ -49,18 +49,59 @@ def to_frame(data: Any, schema: Schema) -> pl.DataFrame:
                         f"column {name!r} is {schema.column(name).type_name} but the rows mix "
                         f"values of types {sorted(kinds)}; send one type per column"
                     )
-            columns = []
-            for name in names:  # infer the values' own types; conform() then applies the frame cast rules
-                try:
-                    columns.append(pl.Series(name, [row.get(name) for row in items], strict=True))
-                except Exception as exc:
-                    raise SchemaMismatchError(
-                        f"column {name!r}: values do not form one type ({exc}); send one type per column"
-                    ) from exc
-            return pl.DataFrame(columns)
+            # infer the values' own types; conform() then applies the frame cast rules
+            return pl.DataFrame([_python_series(name, [row.get(name) for row in items]) for name in names])
     raise SchemaMismatchError(
         f"cannot write {type(data).__name__}; pass a Polars DataFrame, Arrow data or a list of dicts"
     )
+
+
+def _python_series(name: str, values: list[Any]) -> pl.Series:
+    """A column of Python values; dicts (ROW values) field by field, so a field only some rows give is kept (Polars
+    infers a struct from its first value and would drop the others' extra fields)."""
+    if any(isinstance(v, Mapping) for v in values):
+        if not all(v is None or isinstance(v, Mapping) for v in values):
+            raise SchemaMismatchError(f"column {name!r}: rows mix ROW values (dicts) with other values; send one type")
+        keys = list(dict.fromkeys(k for v in values if v is not None for k in v))
+        fields = [_python_series(str(k), [None if v is None else v.get(k) for v in values]) for k in keys]
+        if not fields:
+            return pl.Series(name, [None] * len(values), dtype=pl.Null)
+        struct = pl.DataFrame(fields).select(pl.struct(pl.all()).alias(name)).to_series()
+        missing = pl.Series([v is None for v in values])
+        if missing.any():  # a null ROW stays null (not a ROW of nulls)
+            struct = pl.select(pl.when(missing).then(None).otherwise(struct).alias(name)).to_series()
+        return struct
+    try:
+        series = pl.Series(name, values, strict=True)
+    except Exception as exc:
+        raise SchemaMismatchError(
+            f"column {name!r}: values do not form one type ({exc}); send one type per column"
+        ) from exc
+    lost = _lost_fields(values, series.dtype)
+    if lost:
+        raise SchemaMismatchError(
+            f"column {name!r}: the ROW values inside its arrays do not all give the same fields ({sorted(lost)} "
+            "only in some); give every one the same fields, or pass a Polars DataFrame or Arrow data"
+        )
+    return series
+
+
+def _lost_fields(values: Iterable[Any], dtype: pl.DataType) -> set[str]:
+    """Dict keys among `values` that `dtype` (what Polars inferred) has no field for."""
+    lost: set[str] = set()
+    values = list(values)
+    if isinstance(dtype, pl.Struct):
+        fields = {f.name: to_polars_dtype(f.dtype) for f in dtype.fields}
+        for value in values:
+            if isinstance(value, Mapping):
+                lost.update(str(k) for k in value if k not in fields)
+        for field_name, field_dtype in fields.items():
+            lost |= _lost_fields((v.get(field_name) for v in values if isinstance(v, Mapping)), field_dtype)
+    elif isinstance(dtype, pl.List | pl.Array):
+        lost |= _lost_fields(
+            (e for v in values if isinstance(v, list | tuple) for e in v), to_polars_dtype(dtype.inner)
+        )
+    return lost
 
 
 #: Fluss's (and Python's) range of DATE and TIMESTAMP values, years 1 to 9999, in microseconds since the epoch.
@@ -169,9 +210,41 @@ def _cast(series: pl.Series, target: pl.DataType) -> pl.Series:
                 f"column {series.name!r}: values do not fit {fluss_type_name(target)} "
                 f"({exc.__class__.__name__}); fix the values or the column type"
             ) from exc
+    if isinstance(target, pl.Struct) and isinstance(series.dtype, pl.Struct):
+        return _cast_struct(series, target)
+    if isinstance(target, pl.List) and isinstance(series.dtype, pl.List):
+        inner = _cast(series.explode().alias(f"{series.name}[]"), to_polars_dtype(target.inner))  # top-level rules
+        try:
+            return series.cast(pl.List(inner.dtype)).cast(target, strict=True)
+        except Exception as exc:
+            raise SchemaMismatchError(
+                f"column {series.name!r}: values do not fit {fluss_type_name(target)} ({exc.__class__.__name__})"
+            ) from exc
     raise SchemaMismatchError(
         f"column {series.name!r} is {fluss_type_name(target)} but the data is {series.dtype}; cast the data first"
     )
+
+
+def _cast_struct(series: pl.Series, target: pl.Struct) -> pl.Series:
+    """A ROW value field by field, with the same rules as a top-level column (fields it lacks are null)."""
+    wanted = {f.name: f.dtype for f in target.fields}
+    given = list(series.struct.fields)
+    extra = [name for name in given if name not in wanted]
+    if extra:
+        raise SchemaMismatchError(
+            f"column {series.name!r} is {fluss_type_name(target)} but the data has field(s) {extra} it lacks; "
+            "drop them or add them to the ROW type"
+        )
+    fields = [
+        _cast(series.struct.field(name).alias(f"{series.name}.{name}"), to_polars_dtype(dtype)).alias(name)
+        if name in given
+        else pl.Series(name, [None] * series.len(), dtype=dtype)
+        for name, dtype in wanted.items()
+    ]
+    rebuilt = pl.DataFrame(fields).select(pl.struct(pl.all()).alias(series.name)).to_series()
+    if series.null_count():  # a null ROW stays null (not a ROW of nulls)
+        rebuilt = pl.select(pl.when(series.is_null()).then(None).otherwise(rebuilt).alias(series.name)).to_series()
+    return rebuilt.cast(target)
 
 
 def conform(
