@@ -207,13 +207,7 @@ def _compact_history(live: Table, lake: Lake, table: Any, policy: CompactionPoli
     manifests = snapshot.manifests(table.io)
     if _live_files(manifests) <= policy.max_history_files and len(manifests) <= policy.max_manifests:
         # from the manifest list alone: no partition can hold too many files (no manifest is read)
-        return CompactionReport(
-            live.path,
-            snapshot_id=snapshot.snapshot_id,
-            manifests_before=len(manifests),
-            manifests_after=len(manifests),
-            seconds=time.perf_counter() - started,
-        )
+        return _unchanged(live, snapshot, manifests, started)
     data = [e.data_file for e in state_index(lake).entries(table.io, manifests)]
     small: dict[Any, list[Any]] = {}
     for f in data:
@@ -221,13 +215,7 @@ def _compact_history(live: Table, lake: Lake, table: Any, policy: CompactionPoli
             small.setdefault(_partition_of(f), []).append(f)
     merge = [f for files in small.values() if len(files) > policy.max_history_files for f in files]
     if not merge and len(manifests) <= policy.max_manifests:
-        return CompactionReport(
-            live.path,
-            snapshot_id=snapshot.snapshot_id,
-            manifests_before=len(manifests),
-            manifests_after=len(manifests),
-            seconds=time.perf_counter() - started,
-        )
+        return _unchanged(live, snapshot, manifests, started)
     rows = (
         ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table([FileScanTask(f) for f in merge])
         if merge
@@ -275,13 +263,7 @@ def _compact(
         and not _live_files([m for m in manifests if m.content == ManifestContent.DELETES])
     ):
         # from the manifest list alone: no delete file, few manifests (no manifest is read)
-        return CompactionReport(
-            live.path,
-            snapshot_id=snapshot.snapshot_id,
-            manifests_before=len(manifests),
-            manifests_after=len(manifests),
-            seconds=time.perf_counter() - started,
-        )
+        return _unchanged(live, snapshot, manifests, started)
     index = state_index(lake)
     entries = index.entries(table.io, manifests)
     data = [e.data_file for e in entries if not is_delete_file(e.data_file)]
@@ -305,13 +287,7 @@ def _compact(
         | {p for p, fs in delete_parts.items() if len(fs) > policy.max_delete_files or force}
     )
     if not redo and len(manifests) <= policy.max_manifests:
-        return CompactionReport(
-            live.path,
-            snapshot_id=snapshot.snapshot_id,
-            manifests_before=len(manifests),
-            manifests_after=len(manifests),
-            seconds=time.perf_counter() - started,
-        )
+        return _unchanged(live, snapshot, manifests, started)
     removed_deletes = [f for p in redo for f in delete_parts.get(p, [])]
     rewrite_paths = {f.file_path for f in rewrite}
     # deletes that stay: positions in data files that stay, of the partitions whose delete files are replaced
@@ -368,3 +344,14 @@ def _live_files(manifests: list[Any]) -> int:
 def _partition_of(data_file: Any) -> tuple[int, tuple[Any, ...]]:
     """A hashable (spec id, partition values) key of a data or delete file."""
     return data_file.spec_id, tuple(data_file.partition)
+
+
+def _unchanged(live: Table, snapshot: Any, manifests: list[Any], started: float) -> CompactionReport:
+    """Nothing to rewrite: the report of a table that stays at its snapshot."""
+    return CompactionReport(
+        live.path,
+        snapshot_id=snapshot.snapshot_id,
+        manifests_before=len(manifests),
+        manifests_after=len(manifests),
+        seconds=time.perf_counter() - started,
+    )
