@@ -9,7 +9,6 @@ lists, creates and checks its partitions through it.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping, Sequence
 
 from fluss_lake import options as opt
@@ -26,6 +25,7 @@ from fluss_lake.exceptions import (
     UnsupportedOperationError,
 )
 from fluss_lake.io import layout
+from fluss_lake.io.checksum import dumps_json, loads_json
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.keys.bucketing import check_bucket_key_types
 from fluss_lake.kv.merge import check_merge_options, default_delete_behavior
@@ -85,7 +85,7 @@ class Catalog:
     def create_database(self, name: str, *, ignore_if_exists: bool = False, comment: str | None = None) -> None:
         """Create a database."""
         check_name("database", name)
-        body = json.dumps({"name": name, "comment": comment, "created_ms": self.clock()}).encode()
+        body = dumps_json({"name": name, "comment": comment, "created_ms": self.clock()})
         if not self.store.put_if_absent(layout.database_marker(name), body) and not ignore_if_exists:
             raise DatabaseAlreadyExistError(f"database {name!r} exists already; pass ignore_if_exists=True to reuse it")
 
@@ -139,7 +139,7 @@ class Catalog:
             )
         info = TableInfo.new(path, validate_descriptor(descriptor))
         key = layout.meta_key(path.database, path.table, 0)
-        if not self.store.put_if_absent(key, json.dumps(info.to_json()).encode()):
+        if not self.store.put_if_absent(key, dumps_json(info.to_json())):
             if ignore_if_exists:
                 return self.get_table_info(path)
             raise TableAlreadyExistError(f"table {path} exists already; pass ignore_if_exists=True or drop it first")
@@ -159,8 +159,8 @@ class Catalog:
         versions = self._versions(path)
         if not versions:
             raise TableNotExistError(f"table {path} does not exist; list_tables({path.database!r}) shows what does")
-        body = self.store.get(layout.meta_key(path.database, path.table, versions[-1]))
-        return TableInfo.from_json(json.loads(body))
+        key = layout.meta_key(path.database, path.table, versions[-1])
+        return TableInfo.from_json(loads_json(self.store.get(key), key=key, what="table metadata"))
 
     def drop_table(self, path: TablePath) -> None:
         """Delete a table with its log and state."""
@@ -196,7 +196,7 @@ class Catalog:
             descriptor = validate_descriptor(dataclasses.replace(info.descriptor, schema=schema, options=new_options))
             new_info = dataclasses.replace(info, descriptor=descriptor, modified_ms=self.clock())
             key = layout.meta_key(path.database, path.table, versions[-1] + 1)
-            if self.store.put_if_absent(key, json.dumps(new_info.to_json()).encode()):
+            if self.store.put_if_absent(key, dumps_json(new_info.to_json())):
                 return new_info
         raise InvalidAlterError(f"table {path} kept changing while altering it; try again")
 
@@ -223,22 +223,24 @@ class Catalog:
         )
         found = []
         for name in names:
-            body = self._get_or_none(layout.partition_record(data, name))
+            key = layout.partition_record(data, name)
+            body = self._get_or_none(key)
             if body is not None:
-                found.append(PartitionInfo.from_json(json.loads(body)))
+                found.append(PartitionInfo.from_json(loads_json(body, key=key, what="partition record")))
         return found
 
     def get_partition(self, info: TableInfo, spec: str | Mapping[str, object]) -> PartitionInfo:
         """One partition by name (``"eu$20241111"``) or spec (``{"region": "eu", "day": "20241111"}``)."""
         self._require_partitioned(info)
         name = "$".join(spec_of(info.partition_keys, spec).values())
-        body = self._get_or_none(layout.partition_record(data_prefix(info), name))
+        key = layout.partition_record(data_prefix(info), name)
+        body = self._get_or_none(key)
         if body is None:
             raise PartitionNotExistError(
                 f"partition {name!r} of {info.path} does not exist; create_partition() it or "
                 "write rows with those values (dynamic creation)"
             )
-        return PartitionInfo.from_json(json.loads(body))
+        return PartitionInfo.from_json(loads_json(body, key=key, what="partition record"))
 
     def create_partition(
         self,
@@ -274,7 +276,7 @@ class Catalog:
         if existing is None:
             own = data_prefix(info, partition)
             self.store.put(layout.partition_marker(own), partition.partition_id.encode())
-            if self.store.put_if_absent(record, json.dumps(partition.to_json()).encode()):
+            if self.store.put_if_absent(record, dumps_json(partition.to_json())):
                 return partition
             self.store.delete_prefix(own)  # another process won the race
         if ignore_if_exists:

@@ -34,6 +34,7 @@ __all__ = [
     "StorageError",
     "StorageUnavailableError",
     "CorruptDataError",
+    "CorruptedDataError",
     "IncompleteHistoryError",
     "DecisionNotFoundError",
     "JobConflictError",
@@ -148,8 +149,32 @@ class StorageUnavailableError(StorageError):
     retriable = True
 
 
-class CorruptDataError(StorageError):
-    """A stored object could not be decoded; the store was changed outside fluss-lake."""
+class CorruptedDataError(StorageError):
+    """A stored object is damaged (its checksum does not match, it is truncated, or it disagrees with its
+    neighbours: an offset gap, a batch under the wrong name, a snapshot naming a missing segment).
+
+    ``key`` names the object; ``table``, ``bucket`` and ``offsets`` say what it holds where the key tells. Nothing is
+    answered from a damaged object: the message says how to repair it (``fluss-lake check --repair``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        table: str | None = None,
+        bucket: int | None = None,
+        offsets: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.key = key
+        self.table = table
+        self.bucket = bucket
+        self.offsets = offsets
+
+
+#: The earlier name of :class:`CorruptedDataError` (kept: code written against it still catches the same errors).
+CorruptDataError = CorruptedDataError
 
 
 # ---------------------------------------------------------------- training sets, state as of a time, decision log

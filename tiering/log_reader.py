@@ -55,7 +55,10 @@ class LogReader(LogSource):
         tablet = self._tablets.get(bucket)
         if tablet is None:
             tablet = self._tablets[bucket] = LogTablet(
-                self.live.connection.store, layout.log_prefix(self.prefix, bucket), bucket
+                self.live.connection.store,
+                layout.log_prefix(self.prefix, bucket),
+                bucket,
+                checksums_required=self.live.info.checksums,
             )
         return tablet
 

@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from fluss_lake.changelog.log_scanner import per_partition
-from fluss_lake.exceptions import CorruptDataError, UnsupportedOperationError
+from fluss_lake.exceptions import CorruptedDataError, UnsupportedOperationError
 from fluss_lake.log.log_reads import read_buckets
 from fluss_lake.log.log_source import LogSource
 from fluss_lake.metadata.partition import PartitionInfo
@@ -94,7 +94,7 @@ def binlog_view(
     orphan = frame.filter((pl.col("ct") == "+U") & (pl.col("prev_ct") != "-U").fill_null(True))
     broken = frame.filter((pl.col("ct") == "-U") & (pl.col("next_ct") != "+U").fill_null(True))
     if orphan.height or broken.height:
-        raise CorruptDataError(
+        raise CorruptedDataError(
             "$binlog needs -U/+U pairs; this table's changelog has unpaired update "
             "records (table.changelog.image='WAL' drops -U), read changelog() instead"
         )

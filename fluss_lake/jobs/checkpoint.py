@@ -20,6 +20,7 @@ from typing import Any
 from fluss_lake.connection import Connection
 from fluss_lake.exceptions import JobConflictError
 from fluss_lake.io import layout
+from fluss_lake.io.checksum import dumps_json, loads_json, seal, unseal
 from fluss_lake.metadata.table_path import check_name
 
 __all__ = ["BucketOffsets", "Checkpoint", "CheckpointStore"]
@@ -90,7 +91,8 @@ class CheckpointStore:
         """The newest checkpoint, or None for a job that never committed one."""
         for name in reversed(self._names()):
             try:
-                return Checkpoint.from_json(json.loads(self.store.get(f"{self.prefix}/{name}")))
+                key = f"{self.prefix}/{name}"
+                return Checkpoint.from_json(loads_json(self.store.get(key), key=key, what="job checkpoint"))
             except FileNotFoundError:  # collected meanwhile by a newer instance: take the next newest
                 continue
         return None
@@ -98,7 +100,7 @@ class CheckpointStore:
     def commit(self, checkpoint: Checkpoint) -> None:
         """Create checkpoint ``number`` atomically; another instance that got there first makes this raise."""
         key = f"{self.prefix}/ckpt-{checkpoint.number:020d}.json"
-        if not self.store.put_if_absent(key, json.dumps(checkpoint.to_json()).encode()):
+        if not self.store.put_if_absent(key, dumps_json(checkpoint.to_json())):
             raise JobConflictError(
                 f"job {self.name!r}: checkpoint {checkpoint.number} was committed by another "
                 "instance of this job; run one instance per job name (this one stops here)"
@@ -113,11 +115,13 @@ class CheckpointStore:
     def put_attachment(self, number: int, name: str, data: bytes) -> str:
         """Store a blob a checkpoint will name (the stateful join's state); returns its object name."""
         obj = f"{number:020d}-{name}-{uuid.uuid4().hex[:8]}"
-        self.store.put(f"{self.prefix}/attachments/{obj}", data)
+        self.store.put(f"{self.prefix}/attachments/{obj}", seal(data))
         return obj
 
     def get_attachment(self, obj: str) -> bytes:
-        return self.store.get(f"{self.prefix}/attachments/{obj}")
+        """A blob stored with :meth:`put_attachment` (its checksum checked)."""
+        key = f"{self.prefix}/attachments/{obj}"
+        return unseal(self.store.get(key), key=key, what="job attachment").to_pybytes()
 
     def reset(self) -> None:
         """Forget every checkpoint: the job starts again from the earliest offsets."""

@@ -10,18 +10,24 @@ only the log tail after its offset. Old manifests, merged-away segments and file
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 import uuid
 from collections.abc import Callable
 
-import pyarrow as pa
-
+from fluss_lake.exceptions import CorruptedDataError
+from fluss_lake.io.checksum import TRAILER_BYTES, corrupted, dumps_json, is_sealed, loads_json
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.kv.kv_store import KvStore
-from fluss_lake.kv.segment import INDEX_SUFFIX, Segment, index_path, remove_segment_file, save_index
+from fluss_lake.kv.segment import (
+    INDEX_SUFFIX,
+    Segment,
+    index_path,
+    remove_segment_file,
+    save_index,
+    sealed_bytes,
+)
 
 __all__ = ["KvSnapshots"]
 
@@ -41,23 +47,77 @@ class KvSnapshots:
         self._retired_remote: set[str] = set()  # merged-away segments on a remote store, deleted once unreferenced
         self._last_time: float | None = None  # monotonic time of the last snapshot (or of the first due() check)
 
-    def restore(self, kv: KvStore) -> int | None:
-        """Install the segments of the newest usable manifest in `kv`; returns its offset (None: no snapshot)."""
-        names = sorted(n for n in self.store.list(f"{self.kv_prefix}/snapshots") if n.endswith(_SNAPSHOT_SUFFIX))
-        for name in reversed(names):
-            try:
-                manifest = json.loads(self.store.get(f"{self.kv_prefix}/snapshots/{name}"))
-                segments = [self._open_segment(seg, kv.directory) for seg in manifest["segments"]]
-            except (FileNotFoundError, pa.ArrowInvalid, ValueError, KeyError):
-                continue  # a segment was collected meanwhile or is damaged: try the previous snapshot
-            kv.adopt(segments)
-            return int(manifest["offset"])
-        return None
+    def restore(
+        self, kv: KvStore, *, replayable_from: Callable[[], int], required: bool = False
+    ) -> tuple[int | None, list[CorruptedDataError]]:
+        """Install the segments of the newest usable manifest in `kv`; returns its offset (None: no snapshot) and
+        the damage met on the way (damaged manifests or segments, skipped).
 
-    def _open_segment(self, name: str, directory: str) -> Segment:
-        """Map a snapshot segment (downloading it first into the private `directory` from a remote store)."""
+        A manifest, and every segment it names, is checked (checksums, and each segment against the checksum the
+        manifest recorded for it). After damage, an older snapshot is used only if the log still holds every
+        offset from its offset on (`replayable_from`: the earliest retained offset), so replaying the log tail
+        rebuilds the same state; otherwise None is returned with the damage and the caller rebuilds from the log
+        or raises.
+        """
+        folder = f"{self.kv_prefix}/snapshots"
+        names = sorted(n for n in self.store.list(folder) if n.endswith(_SNAPSHOT_SUFFIX))
+        damage: list[CorruptedDataError] = []
+        for name in reversed(names):
+            key = f"{folder}/{name}"
+            try:
+                manifest = loads_json(self.store.get(key), key=key, required=required, what="snapshot manifest")
+                offset, listed = int(manifest["offset"]), [str(n) for n in manifest["segments"]]
+                checksums = {str(k): int(v) for k, v in (manifest.get("checksums") or {}).items()}
+            except FileNotFoundError:
+                continue  # collected meanwhile by a newer snapshot
+            except CorruptedDataError as exc:
+                damage.append(exc)
+                continue
+            except (KeyError, ValueError, TypeError) as exc:
+                damage.append(corrupted(key, f"it lacks its offset or segments ({exc})", what="snapshot manifest"))
+                continue
+            if damage and offset < replayable_from():
+                break  # older snapshots need log offsets that are gone
+            try:
+                segments = [self._open_segment(seg, kv.directory, checksums.get(seg), required) for seg in listed]
+            except CorruptedDataError as exc:
+                damage.append(exc)
+                continue
+            except FileNotFoundError as exc:
+                if not self.store.exists(key):
+                    continue  # the manifest was collected while we read it: its segments may go too
+                damage.append(
+                    corrupted(key, f"it names a segment that is missing ({exc.filename or exc})", what="snapshot")
+                )
+                continue
+            kv.adopt(segments)
+            return offset, damage
+        return None, damage
+
+    def discard(self, damage: list[CorruptedDataError]) -> None:
+        """Delete damaged manifests once a newer good snapshot replaces them (their segments become orphans)."""
+        for exc in damage:
+            if exc.key is not None and exc.key.startswith(f"{self.kv_prefix}/snapshots/"):
+                self.store.delete(exc.key)
+
+    def _open_segment(self, name: str, directory: str, crc: int | None = None, required: bool = False) -> Segment:
+        """Map a snapshot segment (downloading it first into the private `directory` from a remote store),
+        checking it against the checksum its manifest recorded."""
+        key = f"{self.kv_prefix}/segments/{name}"
         if self.shared_dir is not None:
-            return Segment.open(os.path.join(self.shared_dir, name))
+            segment = Segment.open(os.path.join(self.shared_dir, name), key=key, required=required)
+        else:
+            segment = Segment.open(self._download(name, directory), key=key, required=required)
+        if crc is not None and segment.crc != crc:
+            raise corrupted(
+                key,
+                "it is not the segment its snapshot names (its checksum differs: replaced or swapped)",
+                what="KV segment",
+            )
+        return segment
+
+    def _download(self, name: str, directory: str) -> str:
+        """The local copy of a published segment of a remote store (downloaded once, with its index)."""
         path = os.path.join(directory, name)
         if not os.path.exists(path):  # a copy kept in a reused local folder is complete: it is written durably
             os.makedirs(directory, exist_ok=True)
@@ -70,7 +130,7 @@ class KvSnapshots:
             _write_local(path, self.store.get(f"{self.kv_prefix}/segments/{name}"))
             if index is None:  # published without one: built here, once
                 save_index(path, fsync=True)
-        return Segment.open(path)
+        return path
 
     def due(self) -> bool:
         """Time-based trigger (Fluss's ``kv.snapshot.interval``, here 10 minutes since the last snapshot)."""
@@ -83,39 +143,55 @@ class KvSnapshots:
         """Publish the segments of `kv` (its memtable flushed first) and a manifest naming them at `offset`."""
         kv.flush_memtable()  # a snapshot names files only
         names = []
+        checksums = {}
         for segment in kv.segments:
-            self._publish(segment)
+            crc = self._publish(segment)
             names.append(segment.name)
+            if crc is not None:
+                checksums[segment.name] = crc
         manifest = {
             "offset": offset,
             "segments": names,
+            "checksums": checksums,
             "schema_id": schema_id,
             "writer_id": writer_id,
             "created_ms": int(time.time() * 1000),
         }
         name = f"{offset:020d}-{manifest['created_ms']:013d}-{uuid.uuid4().hex[:8]}{_SNAPSHOT_SUFFIX}"
-        self.store.put_if_absent(f"{self.kv_prefix}/snapshots/{name}", json.dumps(manifest).encode())
+        self.store.put_if_absent(f"{self.kv_prefix}/snapshots/{name}", dumps_json(manifest))
         self._last_time = time.monotonic()
 
-    def _publish(self, segment: Segment) -> None:
-        """Make a segment readable by other processes under its name (segments are immutable, names unique)."""
+    def _publish(self, segment: Segment) -> int | None:
+        """Make a segment readable by other processes under its name (segments are immutable, names unique);
+        returns the checksum of the published bytes (None: written before checksums)."""
+        published = segment.crc
         if self.shared_dir is None:
             key = f"{self.kv_prefix}/segments/{segment.name}"
             if not self.store.exists(key):
                 index = _file_bytes(index_path(segment.path)) if segment.path is not None else None
                 if index is not None:  # the index first: a published segment has its index object
                     self.store.put_if_absent(f"{key}{INDEX_SUFFIX}", index)
-                self.store.put_if_absent(key, _segment_bytes(segment))
-            return
+                data = _segment_bytes(segment)
+                published = _trailer_crc(data)
+                self.store.put_if_absent(key, data)
+            return published
         target = os.path.join(self.shared_dir, segment.name)
         if os.path.exists(target):
-            return
+            return published
         os.makedirs(self.shared_dir, exist_ok=True)
         assert segment.path is not None, "a flushed segment has a file"
         index_file = index_path(segment.path)
         if os.path.exists(index_file):  # the index first: a published segment has its index file (if it has one)
             _link_published(self.shared_dir, index_file, index_path(target), lambda: _file_bytes(index_file))
-        _link_published(self.shared_dir, segment.path, target, lambda: _segment_bytes(segment))
+
+        def rewritten() -> bytes:
+            nonlocal published
+            data = _segment_bytes(segment)
+            published = _trailer_crc(data)
+            return data
+
+        _link_published(self.shared_dir, segment.path, target, rewritten)
+        return published
 
     def collect(self, kv: KvStore, *, retained: int) -> None:
         """Drop old manifests, retired private segments, and published segments no retained manifest names."""
@@ -125,8 +201,9 @@ class KvSnapshots:
             self.store.delete(f"{prefix}/{old}")
         referenced: set[str] = {s.name for s in kv.segments}
         for name in names[-retained:]:
-            with contextlib.suppress(FileNotFoundError):
-                referenced.update(json.loads(self.store.get(f"{prefix}/{name}"))["segments"])
+            key = f"{prefix}/{name}"
+            with contextlib.suppress(FileNotFoundError, CorruptedDataError, KeyError):
+                referenced.update(loads_json(self.store.get(key), key=key, what="snapshot manifest")["segments"])
         for segment in kv.retired:
             if segment.path is not None and os.path.dirname(segment.path) == kv.directory:  # private copy
                 remove_segment_file(segment.path)
@@ -174,6 +251,11 @@ def _link_published(directory: str, source: str, target: str, data: Callable[[],
         unlink_quietly(tmp)
 
 
+def _trailer_crc(data: bytes) -> int | None:
+    """The checksum sealed into a segment's bytes (None for bytes without one)."""
+    return int.from_bytes(data[-TRAILER_BYTES:-4], "little") if is_sealed(data) else None
+
+
 def _file_bytes(path: str) -> bytes | None:
     """A file's bytes, None if it is gone."""
     try:
@@ -191,10 +273,7 @@ def _segment_bytes(segment: Segment) -> bytes:
         with open(segment.path, "rb") as handle:
             return handle.read()
     except FileNotFoundError:
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_file(sink, segment.table.schema) as writer:
-            writer.write_table(segment.table, max_chunksize=max(segment.rows, 1))
-        return sink.getvalue().to_pybytes()
+        return sealed_bytes(segment.table)
 
 
 _ORPHAN_GRACE_SECONDS = 600

@@ -10,6 +10,7 @@ only the tail.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import pyarrow as pa
 
 from fluss_lake._utils.arrow_pool import pool
 from fluss_lake._utils.distinct import distinct
-from fluss_lake.exceptions import CommitConflictError, CorruptDataError
+from fluss_lake.exceptions import CommitConflictError, CorruptedDataError
 from fluss_lake.io import layout
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.keys.index_hash import index_hashes
@@ -36,6 +37,7 @@ __all__ = ["KvTablet", "ChangeImage"]
 
 APPEND_ONLY, INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE = 0, 1, 2, 3, 4
 _REPLAY_CHUNK_ROWS = 2_000_000
+_log = logging.getLogger("fluss_lake.integrity")
 #: The final image of every key a batch changed: (index hashes, rows, deleted mask, position of the key's last
 #: record in the changelog).
 _FinalImage = tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray]
@@ -82,6 +84,7 @@ class KvTablet:
         snapshots_retained: int = 2,
         kv_ttl_ms: int = 0,
         log_grace_s: float = 600.0,
+        checksums_required: bool = False,
     ) -> None:
         self.store = store
         self.bucket = bucket
@@ -95,7 +98,14 @@ class KvTablet:
         self.compression_level = compression_level
         self.snapshot_every = snapshot_every
         self.snapshots_retained = snapshots_retained
-        self.log = LogTablet(store, layout.log_prefix(table_prefix, bucket), bucket, grace_s=log_grace_s)
+        self.checksums_required = checksums_required
+        self.log = LogTablet(
+            store,
+            layout.log_prefix(table_prefix, bucket),
+            bucket,
+            grace_s=log_grace_s,
+            checksums_required=checksums_required,
+        )
         self.lock = self.log.lock  # one lock guards the bucket's log view and its state
         self.kv_prefix = layout.kv_prefix(table_prefix, bucket)
         # Working segments are private to this process (local_dir); snapshots publish them to the store. On a
@@ -116,24 +126,50 @@ class KvTablet:
 
     # ------------------------------------------------------------ recovery
     def _restore(self) -> None:
-        """Latest snapshot (if any), then replay of the log tail."""
-        offset = self._snapshots.restore(self.kv)
+        """Latest snapshot (if any), then replay of the log tail.
+
+        The log is the truth: a damaged snapshot (manifest, segment) is skipped with a warning, and the state is
+        rebuilt from an older snapshot or the whole log, then published as a new snapshot. When the log no longer
+        holds what the rebuild needs, the damage is raised.
+        """
+        offset, damage = self._snapshots.restore(
+            self.kv, replayable_from=lambda: self.log.earliest_offset, required=self.checksums_required
+        )
+        for exc in damage:
+            _log.warning("%s; the state is rebuilt from the log", exc)
         if offset is not None:
             self.applied = self.last_snapshot = offset
         else:
             self.applied = self.log.earliest_offset
             if self.applied > 0:
-                raise CorruptDataError(
-                    f"bucket {self.bucket}: the log starts at offset {self.applied} (older batches expired) but no "
-                    "usable state snapshot covers them; the state cannot be rebuilt. Restore the snapshots folder "
-                    "or recreate the table"
+                cause = f"the snapshot that did is damaged ({damage[0]})" if damage else "older batches expired"
+                raise CorruptedDataError(
+                    f"bucket {self.bucket} of {self.log.prefix}: the log starts at offset {self.applied} but no usable "
+                    f"state snapshot covers the offsets before it ({cause}); the state cannot be rebuilt. Restore "
+                    "the snapshots folder from a backup or recreate the table",
+                    key=damage[0].key if damage else self.kv_prefix,
+                    bucket=self.bucket,
+                    offsets=(0, self.applied),
                 )
         self.catch_up()
+        if damage:  # repaired: a good snapshot replaces the damaged ones
+            self.last_snapshot = -1
+            self.snapshot()
+            self._snapshots.discard(damage)
 
     @_locked
     def catch_up(self) -> int:
         """Apply changelog batches committed by anyone since our last look; returns the log end."""
         end = self.log.refresh()
+        if end < self.applied:
+            raise CorruptedDataError(
+                f"bucket {self.bucket} of {self.log.prefix}: the log ends at offset {end} but the state already holds "
+                f"changes up to offset {self.applied}: log batches from {end} on are missing (deleted or lost). "
+                "Restore them from a backup (or from the lake: `fluss-lake check --repair`)",
+                key=self.log.prefix,
+                bucket=self.bucket,
+                offsets=(end, self.applied),
+            )
         if end > self.applied:
             frames, rows = [], 0
             for batch in self.log.read(self.applied, end):

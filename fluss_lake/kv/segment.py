@@ -11,6 +11,7 @@ module also holds the on-disk column layout (:data:`HASH_COLUMN`, :data:`TOMB_CO
 from __future__ import annotations
 
 import bisect
+import logging
 import mmap
 import os
 import uuid
@@ -24,6 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fluss_lake._utils.arrow_pool import pool
+from fluss_lake.exceptions import CorruptedDataError
+from fluss_lake.io.checksum import TRAILER_BYTES, corrupted, crc32c, is_sealed, trailer, unseal
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.kv import _kernels  # type: ignore[attr-defined]
 
@@ -41,6 +44,7 @@ __all__ = [
     "memory_segment",
     "remove_segment_file",
     "save_index",
+    "sealed_bytes",
     "segment_table",
     "single_chunk",
     "take",
@@ -57,10 +61,13 @@ OFFSET_COLUMN = "__offset"
 
 #: Segments with fewer rows are probed with a plain binary search (building an index would cost more than it saves).
 _INDEX_MIN_ROWS = 2048
-#: Index files: ``<segment file>.idx`` = magic, (rows, shift, directory size, directory item size) as int64, the
-#: directory, then the fingerprints (see :meth:`SegmentIndex.save`).
+#: Index files: ``<segment file>.idx`` = magic, (rows, shift, directory size, directory item size, the segment's
+#: CRC32C, the CRC32C of the four values before it and the payload) as int64, the directory, then the fingerprints
+#: (see :meth:`SegmentIndex.save`). Files with the first magic (no checksums) are still read.
 INDEX_SUFFIX = ".idx"
-_INDEX_MAGIC = b"FLKVIDX1"
+_INDEX_MAGIC = b"FLKVIDX2"
+_INDEX_MAGIC_V1 = b"FLKVIDX1"
+_log = logging.getLogger("fluss_lake.integrity")
 #: A directory slot covers 2**this rows on average (fewer slots: the directory stays in the CPU cache).
 _SLOT_ROWS_LOG2 = 0
 
@@ -110,16 +117,23 @@ class SegmentIndex:
         """Bytes the index holds (mapped from its file, or in process memory)."""
         return int(self.starts.nbytes + self.fingerprints.nbytes)
 
-    def save(self, path: str, *, fsync: bool = False) -> None:
-        """Write the index as a file for :meth:`open` (atomically: the file is complete or absent)."""
-        header = np.array([self.rows, self.shift, self.starts.size, self.starts.dtype.itemsize], dtype=np.int64)
+    def save(self, path: str, *, segment_crc: int = -1, fsync: bool = False) -> None:
+        """Write the index as a file for :meth:`open` (atomically: the file is complete or absent), with the CRC32C
+        of the segment it indexes and its own."""
+        values = np.array(
+            [self.rows, self.shift, self.starts.size, self.starts.dtype.itemsize, segment_crc], dtype=np.int64
+        )
+        starts = np.ascontiguousarray(self.starts).data.cast("B")
+        fingerprints = np.ascontiguousarray(self.fingerprints).data.cast("B")
+        own = crc32c(fingerprints, crc32c(starts, crc32c(values.tobytes())))
         tmp = os.path.join(os.path.dirname(path), f".tmp-{uuid.uuid4().hex}{INDEX_SUFFIX}")
         try:
             with open(tmp, "wb") as handle:
                 handle.write(_INDEX_MAGIC)
-                handle.write(header.tobytes())
-                handle.write(np.ascontiguousarray(self.starts).data.cast("B"))
-                handle.write(np.ascontiguousarray(self.fingerprints).data.cast("B"))
+                handle.write(values.tobytes())
+                handle.write(np.array([own], dtype=np.int64).tobytes())
+                handle.write(starts)
+                handle.write(fingerprints)
             if fsync:
                 fsync_file(tmp)
             os.replace(tmp, path)
@@ -128,20 +142,34 @@ class SegmentIndex:
             raise
 
     @classmethod
-    def open(cls, path: str, rows: int) -> SegmentIndex | None:
-        """Map an index saved by :meth:`save` for a segment of `rows` rows (None if the file is missing or does
-        not match: the caller then builds the index)."""
+    def open(cls, path: str, rows: int, *, segment_crc: int | None = None) -> SegmentIndex | None:
+        """Map an index saved by :meth:`save` for a segment of `rows` rows (and, when known, CRC32C `segment_crc`).
+
+        None if the file is missing; raises :class:`CorruptedDataError` if it is damaged or belongs to another
+        segment (the caller then rebuilds it from the segment).
+        """
         try:
             with open(path, "rb") as handle:
                 mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        except (FileNotFoundError, ValueError):  # ValueError: an empty file cannot be mapped
+        except FileNotFoundError:
             return None
-        head = len(_INDEX_MAGIC) + 32
-        if len(mapped) < head or mapped[: len(_INDEX_MAGIC)] != _INDEX_MAGIC:
-            return None
-        saved_rows, shift, count, itemsize = (int(v) for v in np.frombuffer(mapped, np.int64, 4, len(_INDEX_MAGIC)))
+        except ValueError as exc:  # an empty file cannot be mapped
+            raise corrupted(path, "it is empty", what="segment index") from exc
+        magic = bytes(mapped[: len(_INDEX_MAGIC)])
+        fields = 6 if magic == _INDEX_MAGIC else 4 if magic == _INDEX_MAGIC_V1 else 0
+        head = len(_INDEX_MAGIC) + 8 * fields
+        if not fields or len(mapped) < head:
+            raise corrupted(path, "it has no index header (truncated or overwritten)", what="segment index")
+        values = [int(v) for v in np.frombuffer(mapped, np.int64, fields, len(_INDEX_MAGIC))]
+        saved_rows, shift, count, itemsize = values[:4]
         if saved_rows != rows or itemsize not in (4, 8) or len(mapped) != head + count * itemsize + (rows + 1) * 4:
-            return None
+            raise corrupted(path, f"its size does not fit a segment of {rows} rows", what="segment index")
+        if fields == 6:
+            own = crc32c(memoryview(mapped)[head:], crc32c(memoryview(mapped)[len(_INDEX_MAGIC) : head - 8]))
+            if own != values[5]:
+                raise corrupted(path, "its checksum does not match its bytes", what="segment index")
+            if segment_crc is not None and values[4] not in (-1, segment_crc):
+                raise corrupted(path, "it indexes another segment (files swapped)", what="segment index")
         starts = np.frombuffer(mapped, np.uint32 if itemsize == 4 else np.int64, count, head)
         fingerprints = np.frombuffer(mapped, np.uint32, rows + 1, head + count * itemsize)
         return cls(starts, fingerprints, shift, rows)
@@ -186,11 +214,27 @@ class Segment:
     hashes: np.ndarray
     tomb: np.ndarray
     rows: int
+    crc: int | None = None  # the CRC32C sealed into the file (None: in memory, or written before checksums)
 
     @classmethod
-    def open(cls, path: str) -> Segment:
-        """Map a segment file (zero-copy)."""
-        table = pa.ipc.open_file(pa.memory_map(path)).read_all()
+    def open(cls, path: str, *, key: str | None = None, verify: bool = True, required: bool = False) -> Segment:
+        """Map a segment file (zero-copy), checking its checksum unless `verify` is off (a file this process just
+        wrote); `key` names it in errors. Raises :class:`CorruptedDataError` for a damaged file."""
+        key = key or path
+        try:
+            raw = pa.memory_map(path).read_buffer()
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            raise corrupted(key, f"it cannot be mapped ({exc})", what="KV segment") from exc
+        crc = int.from_bytes(memoryview(raw)[-TRAILER_BYTES:-4], "little") if is_sealed(raw) else None
+        body = unseal(raw, key=key, required=required, verify=verify, what="KV segment")
+        try:
+            table = pa.ipc.open_file(body).read_all()
+            for name in (HASH_COLUMN, TOMB_COLUMN):
+                table.column(name)
+        except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
+            raise corrupted(key, f"it cannot be decoded ({exc})", what="KV segment") from exc
         # Both index columns are read straight from the mapping: no per-row process memory.
         hashes = (
             single_chunk(table.column(HASH_COLUMN)).to_numpy(zero_copy_only=True)
@@ -202,7 +246,7 @@ class Segment:
             if table.num_rows
             else np.empty(0, bool)
         )
-        return cls(os.path.basename(path), path, table, hashes, tomb, table.num_rows)
+        return cls(os.path.basename(path), path, table, hashes, tomb, table.num_rows, crc)
 
     @classmethod
     def in_memory(cls, frame: pl.DataFrame) -> Segment:
@@ -248,7 +292,13 @@ class Segment:
         except AttributeError:
             index = None
             if self.rows >= _INDEX_MIN_ROWS:
-                index = SegmentIndex.open(index_path(self.path), self.rows) if self.path is not None else None
+                if self.path is not None:
+                    try:
+                        index = SegmentIndex.open(index_path(self.path), self.rows, segment_crc=self.crc)
+                    except CorruptedDataError as exc:  # the segment is the truth: its index is rebuilt from it
+                        _log.warning("%s; rebuilt from its segment", exc)
+                        index = SegmentIndex.build(self.hashes)
+                        index.save(index_path(self.path), segment_crc=-1 if self.crc is None else self.crc)
                 if index is None:
                     index = SegmentIndex.build(self.hashes)
             object.__setattr__(self, "_index", index)
@@ -383,20 +433,42 @@ def write_segment(directory: str, frame: pl.DataFrame | pa.Table, *, fsync: bool
     table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame.combine_chunks(memory_pool=pool())
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))
+    crc = _append_trailer(tmp)
     if fsync:
         fsync_file(tmp)
     if table.num_rows >= _INDEX_MIN_ROWS:  # the index first: a segment that exists has its index file
         hashes = single_chunk(table.column(HASH_COLUMN)).to_numpy(zero_copy_only=False)
-        SegmentIndex.build(hashes).save(index_path(path), fsync=fsync)
+        SegmentIndex.build(hashes).save(index_path(path), segment_crc=crc, fsync=fsync)
     os.replace(tmp, path)
-    return Segment.open(path)
+    return Segment.open(path, verify=False)
+
+
+def _append_trailer(path: str) -> int:
+    """Seal a file just written (its checksum trailer appended, see :mod:`fluss_lake.io.checksum`); returns its
+    CRC32C."""
+    with open(path, "r+b") as handle:
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            seal = trailer(mapped)
+        handle.seek(0, os.SEEK_END)
+        handle.write(seal)
+    return int.from_bytes(seal[:4], "little")
+
+
+def sealed_bytes(table: pa.Table) -> bytes:
+    """A segment file's bytes written from its (mapped) table: for a segment whose file is gone."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=max(table.num_rows, 1))
+    body = sink.getvalue()
+    return b"".join((memoryview(body), trailer(body)))
 
 
 def save_index(path: str, *, fsync: bool = False) -> None:
     """Write the index file of an existing segment file that has none (a segment downloaded from a remote store)."""
-    segment = Segment.open(path)
+    segment = Segment.open(path, verify=False)
     if segment.rows >= _INDEX_MIN_ROWS and not os.path.exists(index_path(path)):
-        SegmentIndex.build(segment.hashes).save(index_path(path), fsync=fsync)
+        crc = -1 if segment.crc is None else segment.crc
+        SegmentIndex.build(segment.hashes).save(index_path(path), segment_crc=crc, fsync=fsync)
 
 
 def index_path(segment_path: str) -> str:

@@ -1,5 +1,6 @@
 """One committed log batch: Arrow IPC bytes with a header (base offset, record count, commit timestamp,
-schema id, writer id, column statistics) kept in the schema metadata.
+schema id, writer id, column statistics) kept in the schema metadata, sealed with a CRC32C over header and body
+(:mod:`fluss_lake.io.checksum`; the log tablet checks it and strips it before decoding).
 
 A batch of ``n`` records occupies offsets ``[base, base + n)``; a batch with no records still takes one
 offset (Fluss's empty batch for a write that changed nothing).
@@ -16,7 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fluss_lake._utils.arrow_pool import pool
-from fluss_lake.exceptions import CorruptDataError
+from fluss_lake.exceptions import CorruptedDataError
+from fluss_lake.io.checksum import corrupted, is_sealed, seal, unseal
 
 __all__ = [
     "LogBatch",
@@ -133,16 +135,19 @@ def encode_batch(
     )
     with pa.ipc.new_file(sink, table.schema, options=ipc_options) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    return seal(sink.getvalue())
 
 
-def _header_from_schema(schema: pa.Schema) -> BatchHeader:
+#: What a damaged batch or segment can raise while decoding (Arrow, LZ4/zstd, flatbuffers, its JSON header).
+_DECODE_ERRORS = (pa.ArrowException, OSError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError)
+
+
+def _header_from_schema(schema: pa.Schema, key: str) -> BatchHeader:
     """Read the header out of an IPC schema."""
     try:
-        raw = json.loads(schema.metadata[_META_KEY])
-    except (TypeError, KeyError, ValueError) as exc:
-        raise CorruptDataError("a log batch has no fluss header; the store was changed outside fluss-lake") from exc
-    return _header_from_raw(raw)
+        return _header_from_raw(json.loads(schema.metadata[_META_KEY]))
+    except _DECODE_ERRORS as exc:
+        raise corrupted(key, f"its header cannot be read ({exc})", what="log batch") from exc
 
 
 def _header_from_raw(raw: dict) -> BatchHeader:
@@ -150,11 +155,11 @@ def _header_from_raw(raw: dict) -> BatchHeader:
     if "stats" in raw:
         stats = pl.from_arrow(pa.ipc.open_stream(pa.py_buffer(base64.b64decode(raw["stats"]))).read_all())
     return BatchHeader(
-        raw["base_offset"],
-        raw["record_count"],
-        raw["commit_ts"],
-        raw["schema_id"],
-        raw["writer_id"],
+        int(raw["base_offset"]),
+        int(raw["record_count"]),
+        int(raw["commit_ts"]),
+        int(raw["schema_id"]),
+        str(raw["writer_id"]),
         raw.get("null_counts", {}),
         stats,  # type: ignore[arg-type]
         tuple(raw.get("no_stats", ())),
@@ -163,24 +168,45 @@ def _header_from_raw(raw: dict) -> BatchHeader:
     )
 
 
-def decode_header(source: pa.NativeFile | bytes) -> BatchHeader:
-    """Only the header (reads the IPC footer/schema, not the rows)."""
-    reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source))
-    return _header_from_schema(reader.schema)
+def _as_source(source: pa.NativeFile | pa.Buffer | bytes, key: str = "log batch") -> pa.NativeFile | pa.Buffer:
+    """A decodable source: an object's whole bytes are checked and stripped of their checksum; a body (what the log
+    tablet hands over, checked already) or a file is read as it is."""
+    if isinstance(source, (bytes, pa.Buffer)) and is_sealed(source):
+        return unseal(source, key=key, what="log batch")
+    return source if not isinstance(source, bytes) else pa.py_buffer(source)
 
 
-def decode_batch(source: pa.NativeFile | bytes, columns: list[str] | None = None) -> LogBatch:
-    """Header and rows; `columns` projects (the change type column is always kept if present)."""
+def decode_header(source: pa.NativeFile | pa.Buffer | bytes, *, key: str = "log batch") -> BatchHeader:
+    """Only the header (reads the IPC footer/schema, not the rows) of a batch's body (its checksum stripped)."""
+    try:
+        reader = pa.ipc.open_file(_as_source(source, key))
+    except _DECODE_ERRORS as exc:
+        raise corrupted(key, f"it cannot be decoded ({exc})", what="log batch") from exc
+    return _header_from_schema(reader.schema, key)
+
+
+def decode_batch(
+    source: pa.NativeFile | pa.Buffer | bytes, columns: list[str] | None = None, *, key: str = "log batch"
+) -> LogBatch:
+    """Header and rows of a batch's body (its checksum stripped); `columns` projects (the change type column is
+    always kept if present)."""
     try:
         reader = pa.ipc.open_file(
-            source if not isinstance(source, bytes) else pa.py_buffer(source), memory_pool=pool()
+            _as_source(source, key), memory_pool=pool()
         )  # decompressed buffers: fluss-lake's pool
-        header = _header_from_schema(reader.schema)
+        header = _header_from_schema(reader.schema, key)
         table = reader.read_all()
-    except pa.ArrowInvalid as exc:
-        raise CorruptDataError(
-            f"a log batch could not be decoded ({exc}); the store was changed outside fluss-lake"
-        ) from exc
+    except CorruptedDataError:
+        raise
+    except _DECODE_ERRORS as exc:
+        raise corrupted(key, f"its rows cannot be decoded ({exc})", what="log batch") from exc
+    if table.num_rows != header.record_count:
+        raise corrupted(
+            key,
+            f"its header says {header.record_count} records but it holds {table.num_rows}",
+            what="log batch",
+            offsets=(header.base_offset, header.next_offset),
+        )
     if columns is not None:
         keep = [c for c in table.column_names if c == CHANGE_TYPE_COLUMN or c in columns]
         table = table.select(keep or table.column_names[:1])  # keep one column so the row count survives
@@ -188,15 +214,24 @@ def decode_batch(source: pa.NativeFile | bytes, columns: list[str] | None = None
 
 
 def encode_segment(
-    sources: list[pa.NativeFile | bytes], *, compression: str | None = "zstd", compression_level: int | None = None
+    sources: list[pa.NativeFile | pa.Buffer | bytes],
+    *,
+    compression: str | None = "zstd",
+    compression_level: int | None = None,
+    keys: list[str] | None = None,
 ) -> tuple[bytes, list[BatchHeader]]:
-    """Several consecutive batches (same columns) as one object: one record batch per original batch, their
-    headers unchanged in the schema metadata, so offsets, commit times, statistics and writer sequences survive."""
+    """Several consecutive batches (same columns; their bodies, checksums stripped) as one sealed object: one record
+    batch per original batch, their headers unchanged in the schema metadata, so offsets, commit times, statistics
+    and writer sequences survive."""
     raws, tables = [], []
-    for source in sources:
-        reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source))
-        raws.append(json.loads(reader.schema.metadata[_META_KEY]))
-        tables.append(reader.read_all().replace_schema_metadata(None))
+    for position, source in enumerate(sources):
+        key = keys[position] if keys is not None else "log batch"
+        try:
+            reader = pa.ipc.open_file(_as_source(source, key))
+            raws.append(json.loads(reader.schema.metadata[_META_KEY]))
+            tables.append(reader.read_all().replace_schema_metadata(None))
+        except _DECODE_ERRORS as exc:
+            raise corrupted(key, f"it cannot be decoded ({exc})", what="log batch") from exc
     schema = tables[0].schema.with_metadata({_SEGMENT_KEY: json.dumps(raws, separators=(",", ":")).encode()})
     sink = pa.BufferOutputStream()
     codec = None if compression in (None, "none") else ("lz4" if compression == "lz4_frame" else compression)
@@ -206,25 +241,54 @@ def encode_segment(
             combined = table.combine_chunks()
             batches = combined.to_batches()
             writer.write_batch(batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema))
-    return sink.getvalue().to_pybytes(), [_header_from_raw(r) for r in raws]
+    return seal(sink.getvalue()), [_header_from_raw(r) for r in raws]
 
 
 class SegmentReader:
-    """Random access to the batches of a compacted log segment."""
+    """Random access to the batches of a compacted log segment (its body, checksum stripped)."""
 
-    def __init__(self, source: pa.NativeFile | bytes) -> None:
+    def __init__(self, source: pa.NativeFile | pa.Buffer | bytes, *, key: str = "log segment") -> None:
+        self.key = key
         try:
-            self._reader = pa.ipc.open_file(source if not isinstance(source, bytes) else pa.py_buffer(source))
+            self._reader = pa.ipc.open_file(_as_source(source, key))
             raws = json.loads(self._reader.schema.metadata[_SEGMENT_KEY])
-        except (pa.ArrowInvalid, TypeError, KeyError, ValueError) as exc:
-            raise CorruptDataError(
-                f"a log segment could not be decoded ({exc}); the store was changed outside fluss-lake"
-            ) from exc
-        self.headers = [_header_from_raw(r) for r in raws]
+            self.headers = [_header_from_raw(r) for r in raws]
+        except _DECODE_ERRORS as exc:
+            raise corrupted(key, f"it cannot be decoded ({exc})", what="log segment") from exc
+        if len(self.headers) != self._reader.num_record_batches:
+            raise corrupted(
+                key,
+                f"its header lists {len(self.headers)} batches but it holds {self._reader.num_record_batches}",
+                what="log segment",
+            )
+        for earlier, later in zip(self.headers, self.headers[1:], strict=False):
+            if later.base_offset != earlier.next_offset:
+                raise corrupted(
+                    key,
+                    f"its batches are not contiguous (one ends at {earlier.next_offset}, the next starts at "
+                    f"{later.base_offset})",
+                    what="log segment",
+                )
 
     def batch(self, index: int, columns: list[str] | None = None) -> LogBatch:
         """The `index`-th original batch (projected like :func:`decode_batch`)."""
-        table = pa.Table.from_batches([self._reader.get_batch(index)]).replace_schema_metadata(None)
+        header = self.headers[index]
+        try:
+            table = pa.Table.from_batches([self._reader.get_batch(index)]).replace_schema_metadata(None)
+        except _DECODE_ERRORS as exc:
+            raise corrupted(
+                self.key,
+                f"batch {index} cannot be decoded ({exc})",
+                what="log segment",
+                offsets=(header.base_offset, header.next_offset),
+            ) from exc
+        if table.num_rows != header.record_count:
+            raise corrupted(
+                self.key,
+                f"batch {index} says {header.record_count} records but holds {table.num_rows}",
+                what="log segment",
+                offsets=(header.base_offset, header.next_offset),
+            )
         if columns is not None:
             keep = [c for c in table.column_names if c == CHANGE_TYPE_COLUMN or c in columns]
             table = table.select(keep or table.column_names[:1])

@@ -8,6 +8,10 @@ Log compaction (:meth:`LogTablet.compact`) rewrites runs of old small batches as
 (``<base>.<end>.segment``) holding the same batches, headers and offsets, then deletes the originals. It never
 touches the newest batch nor batches younger than a grace period, and a process whose view of the log is older
 than half that period re-lists before it commits, so no writer can re-create an offset that was compacted away.
+
+Every object is checked once per process before it is used: its checksum (:mod:`fluss_lake.io.checksum`), its
+name against the base offset its header holds, and its place in the bucket: each batch must start where the one
+before it ends. Damage raises :class:`~fluss_lake.exceptions.CorruptedDataError`; nothing is answered from it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from fluss_lake.exceptions import CommitConflictError, OffsetOutOfRangeError
+from fluss_lake.io.checksum import corrupted, unseal
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.log.log_batch import BatchHeader, LogBatch, SegmentReader, decode_batch, decode_header, encode_segment
 
@@ -60,8 +65,20 @@ class _Known:
 class LogTablet:
     """The log of one table bucket."""
 
-    def __init__(self, store: ObjectStore, prefix: str, bucket: int, *, grace_s: float = COMPACTION_GRACE_S) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        prefix: str,
+        bucket: int,
+        *,
+        grace_s: float = COMPACTION_GRACE_S,
+        checksums_required: bool = False,
+    ) -> None:
         self.grace_s = grace_s
+        #: Every object of this log carries a checksum (tables created by a version that seals them): one without
+        #: is damaged, not old.
+        self.checksums_required = checksums_required
+        self._verified: set[str] = set()  # local objects whose checksum this process has checked
         self._segments: dict[str, SegmentReader] = {}
         self.store = store
         self.bucket = bucket
@@ -69,16 +86,44 @@ class LogTablet:
         self._known: _Known | None = None
         self.lock = threading.RLock()  # one Table may be shared by threads
 
-    def _open(self, key: str) -> pa.NativeFile | bytes:
-        """A readable handle on a batch object (memory-mapped when local)."""
+    def _open(self, key: str) -> pa.Buffer:
+        """A batch or segment object's body (memory-mapped when local), its checksum checked the first time this
+        process reads it (every time for a download: each is a new copy)."""
         path = self.store.local_path(key)
-        return pa.memory_map(path) if path is not None else self.store.get(key)
+        if path is None:
+            return unseal(self.store.get(key), key=key, required=self.checksums_required, what="log object")
+        try:
+            raw = pa.memory_map(path).read_buffer()
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:  # an empty file cannot be mapped
+            if not os.path.exists(path):
+                raise FileNotFoundError(path) from exc
+            raise corrupted(key, f"it cannot be mapped ({exc})", what="log object") from exc
+        verified = key in self._verified
+        body = unseal(raw, key=key, required=self.checksums_required, verify=not verified, what="log object")
+        if not verified:
+            self._verified.add(key)
+        return body
 
     def _segment(self, key: str) -> SegmentReader:
         reader = self._segments.get(key)
         if reader is None:
-            reader = self._segments[key] = SegmentReader(self._open(key))
+            reader = self._segments[key] = SegmentReader(self._open(key), key=key)
         return reader
+
+    def _decode_header(self, base: int) -> BatchHeader:
+        """The header of the batch object at `base`, which must say it starts there."""
+        key = batch_key(self.prefix, base)
+        header = decode_header(self._open(key), key=key)
+        if header.base_offset != base:
+            raise corrupted(
+                key,
+                f"it holds the batch of offset {header.base_offset}, not {base} (objects swapped or renamed)",
+                what="log batch",
+                offsets=(base, base),
+            )
+        return header
 
     def _listing(self) -> tuple[list[int], dict[int, tuple[str, int]]]:
         """Batch bases and, for batches that live in compacted segments, where (a batch in a segment wins)."""
@@ -109,7 +154,7 @@ class LogTablet:
         source = sources.get(base)
         if source is not None:
             return self._segment(source[0]).headers[source[1]]
-        return decode_header(self._open(batch_key(self.prefix, base)))
+        return self._decode_header(base)
 
     def _header(self, base: int) -> BatchHeader:
         """A batch's header wherever it lives (re-listing once if compaction moved it meanwhile)."""
@@ -128,7 +173,16 @@ class LogTablet:
             try:
                 if source is not None:
                     return self._segment(source[0]).batch(source[1], columns)
-                return decode_batch(self._open(batch_key(self.prefix, base)), columns)
+                key = batch_key(self.prefix, base)
+                batch = decode_batch(self._open(key), columns, key=key)
+                if batch.header.base_offset != base:
+                    raise corrupted(
+                        key,
+                        f"it holds the batch of offset {batch.header.base_offset}, not {base} (objects swapped)",
+                        what="log batch",
+                        offsets=(base, base),
+                    )
+                return batch
             except FileNotFoundError:
                 if attempt:
                     raise
@@ -154,7 +208,7 @@ class LogTablet:
             if local is not None and not os.path.exists(local):  # the common case, without an exception
                 return known.end
             try:
-                header = decode_header(self._open(batch_key(self.prefix, known.end)))
+                header = self._decode_header(known.end)
             except FileNotFoundError:
                 return known.end
             known.bases.append(known.end)
@@ -187,8 +241,19 @@ class LogTablet:
         assert self._known is not None
         bases, sources = self._listing()
         present = set(bases)
-        self._known.bases = [b for b in self._known.bases if b in present]
+        known = self._known.bases
+        if present and known and known[-1] not in present and not any(b > known[-1] for b in present):
+            # expiry and compaction never remove a bucket's newest batch: its loss shortens the log silently
+            raise corrupted(
+                batch_key(self.prefix, known[-1]),
+                f"the bucket's newest batch is gone (the log ended at {self._known.end})",
+                what="log batch",
+                offsets=(known[-1], self._known.end),
+            )
+        self._known.bases = [b for b in known if b in present]
         self._known.sources = sources
+        names = {batch_key(self.prefix, b) for b in present} | {key for key, _ in sources.values()}
+        self._verified &= names
 
     def expire(self, cutoff_ms: int, *, covered_until: int | None = None) -> int:
         """Delete whole batches committed before `cutoff_ms` (``table.log.ttl``); returns the earliest offset.
@@ -325,25 +390,50 @@ class LogTablet:
                 f"{self._known.end} (latest)"
             )
         index = max(bisect.bisect_right(bases, start) - 1, 0)
+        expected: int | None = None  # where the next batch must start
         for base in bases[index:]:
             if base >= stop:
                 break
+            if expected is not None and base != expected:
+                self._gap(expected, base)
             try:
-                if header_filter is not None and not header_filter(self._header(base)):
-                    continue
+                if header_filter is not None:
+                    header = self._header(base)
+                    if header.base_offset != base:
+                        raise corrupted(
+                            batch_key(self.prefix, base),
+                            f"it holds the batch of offset {header.base_offset}, not {base}",
+                            what="log batch",
+                        )
+                    expected = header.next_offset
+                    if not header_filter(header):
+                        continue
                 batch = self._batch(base, columns)
             except FileNotFoundError:
                 with self.lock:
                     self._relist()
+                    if self._known.bases and base > self._known.bases[0]:  # not expiry: that starts at the front
+                        self._gap(base, next((b for b in self._known.bases if b > base), self._known.end))
                 raise OffsetOutOfRangeError(
                     f"bucket {self.bucket}: offsets from {base} expired (table.log.ttl) "
                     f"while reading; start again from {self.earliest_offset} (earliest)"
                 ) from None
+            expected = batch.header.next_offset
             if base < start or base + batch.rows.num_rows > stop:
                 lo = max(start - base, 0)
                 hi = min(stop - base, batch.rows.num_rows)
                 batch = LogBatch(batch.header, batch.rows.slice(lo, max(hi - lo, 0)))
             yield batch
+
+    def _gap(self, start: int, end: int) -> None:
+        """Raise for offsets ``[start, end)`` missing in the middle of the bucket (a deleted or lost object)."""
+        raise corrupted(
+            batch_key(self.prefix, start),
+            f"offsets [{start}, {end}) are missing in the middle of the bucket: the batch object that held them is "
+            "gone or the next batch does not start where this one ends",
+            what="log batch",
+            offsets=(start, end),
+        )
 
     # ------------------------------------------------------------ compaction
     def compact(
@@ -396,7 +486,7 @@ class LogTablet:
                 continue
             key = batch_key(self.prefix, base)
             try:
-                header = decode_header(self._open(key))
+                header = self._decode_header(base)
                 local = self.store.local_path(key)
                 nbytes = os.path.getsize(local) if local is not None else 0
                 names = pa.ipc.open_file(self._open(key)).schema.names
@@ -404,7 +494,12 @@ class LogTablet:
                 continue
             if header.commit_ts >= cutoff_ms:
                 break
-            if run and (names != columns or rows + header.record_count > target_rows or size + nbytes > target_bytes):
+            if run and (
+                names != columns
+                or base != run[-1][1].next_offset  # never across a gap: it stays visible to readers
+                or rows + header.record_count > target_rows
+                or size + nbytes > target_bytes
+            ):
                 runs.append(run)
                 run, rows, size = [], 0, 0
             run.append((base, header, nbytes))
@@ -418,7 +513,7 @@ class LogTablet:
                 continue
             keys = [batch_key(self.prefix, base) for base, _, _ in run]
             try:
-                data, headers = encode_segment([self._open(k) for k in keys], compression=compression)
+                data, headers = encode_segment([self._open(k) for k in keys], compression=compression, keys=keys)
             except FileNotFoundError:  # expired meanwhile
                 continue
             key = segment_key(self.prefix, run[0][0], run[-1][1].next_offset)

@@ -214,6 +214,9 @@ class TableInfo:
     descriptor: TableDescriptor
     created_ms: int
     modified_ms: int
+    #: Every object of this table carries a checksum (created by a version that seals them; see
+    #: :mod:`fluss_lake.io.checksum`): an object without one is damaged. Tables from earlier versions read unverified.
+    checksums: bool = False
 
     @property
     def schema(self) -> Schema:
@@ -263,7 +266,7 @@ class TableInfo:
     def new(cls, path: TablePath, descriptor: TableDescriptor) -> TableInfo:
         """A fresh table id and timestamps for a validated descriptor."""
         now = int(time.time() * 1000)
-        return cls(uuid.uuid4().hex, path, descriptor, now, now)
+        return cls(uuid.uuid4().hex, path, descriptor, now, now, checksums=True)
 
     def to_json(self) -> dict:
         """Serializable form, stored as one immutable version file per change."""
@@ -280,6 +283,7 @@ class TableInfo:
             "partition_keys": list(d.partition_keys),
             "created_ms": self.created_ms,
             "modified_ms": self.modified_ms,
+            "checksums": self.checksums,
         }
 
     @classmethod
@@ -299,4 +303,5 @@ class TableInfo:
             descriptor,
             data["created_ms"],
             data["modified_ms"],
+            bool(data.get("checksums", False)),
         )

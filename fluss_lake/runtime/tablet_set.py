@@ -75,6 +75,7 @@ class TabletSet:
                     layout.log_prefix(self.prefix, bucket),
                     bucket,
                     grace_s=self.context.log_compaction_grace_ms / 1000,
+                    checksums_required=self.info.checksums,
                 ),
             )
         return tablet
@@ -115,6 +116,7 @@ class TabletSet:
             snapshot_every=context.snapshot_every,
             kv_ttl_ms=opt.parse_duration_ms(opt.KV_TTL, info.options.get(opt.KV_TTL, "0ms")),
             log_grace_s=context.log_compaction_grace_ms / 1000,
+            checksums_required=info.checksums,
         )
 
     def end_offsets(self) -> dict[int, int]:

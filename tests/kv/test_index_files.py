@@ -13,6 +13,7 @@ import polars as pl
 import pytest
 
 import fluss_lake as fl
+from fluss_lake.exceptions import CorruptedDataError
 from fluss_lake.kv.segment import INDEX_SUFFIX, Segment, SegmentIndex, index_path
 
 ROWS = 20_000
@@ -73,10 +74,17 @@ def test_damaged_or_missing_index_files_are_rebuilt_in_memory(tmp_path) -> None:
         if segment.rows >= 2048:
             assert not _is_mapped(segment.index())
     segment = Segment.open(damaged.removesuffix(INDEX_SUFFIX))
-    assert SegmentIndex.open(damaged, segment.rows) is None, "a truncated index file is refused"
-    SegmentIndex.build(segment.hashes).save(damaged)
-    assert SegmentIndex.open(damaged, segment.rows) is not None
-    assert SegmentIndex.open(damaged, segment.rows + 1) is None, "an index of another row count is refused"
+    assert SegmentIndex.open(damaged, segment.rows, segment_crc=segment.crc) is not None, "repaired on first use"
+    with open(damaged, "r+b") as handle:
+        handle.truncate(os.path.getsize(damaged) - 4)
+    with pytest.raises(CorruptedDataError, match="segment index"):
+        SegmentIndex.open(damaged, segment.rows)
+    SegmentIndex.build(segment.hashes).save(damaged, segment_crc=segment.crc)
+    assert SegmentIndex.open(damaged, segment.rows, segment_crc=segment.crc) is not None
+    with pytest.raises(CorruptedDataError, match="does not fit"):
+        SegmentIndex.open(damaged, segment.rows + 1)  # an index of another row count is refused
+    with pytest.raises(CorruptedDataError, match="another segment"):
+        SegmentIndex.open(damaged, segment.rows, segment_crc=(segment.crc or 0) ^ 1)
 
 
 def test_index_files_go_with_their_segments(tmp_path) -> None:
