@@ -15,7 +15,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from fluss_lake.catalog import Catalog
-from fluss_lake.exceptions import DatabaseNotEmptyError, DatabaseNotExistError, InvalidConfigError, TableNotExistError
+from fluss_lake.exceptions import (
+    CorruptedDataError,
+    DatabaseNotEmptyError,
+    DatabaseNotExistError,
+    InvalidConfigError,
+    TableNotExistError,
+)
 from fluss_lake.io.store import ObjectStore, open_store
 from fluss_lake.metadata.descriptor import TableDescriptor, TableInfo
 from fluss_lake.metadata.partition import PartitionInfo
@@ -24,6 +30,7 @@ from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.metadata.types import DataTypeLike
 from fluss_lake.runtime.context import RuntimeContext
 from fluss_lake.runtime.table_runtime import TableRuntime
+from fluss_lake.runtime.verification import IntegrityReport, damage_of, verify_jobs
 from fluss_lake.table import Table
 
 __all__ = ["Connection", "connect", "DEFAULT_URL_ENV"]
@@ -242,6 +249,31 @@ class Connection:
         if cached is not None:
             cached._runtime.reload(new_info)
         return new_info
+
+    def verify(self, *, repair: bool = False, tables: Sequence[str] | None = None) -> list[IntegrityReport]:
+        """Check every stored object of the store (or of `tables`): each table's metadata, logs and state
+        (:meth:`Table.verify`), then the jobs' checkpoints. With `repair`, damaged state is rebuilt from the log.
+
+        >>> import tempfile, fluss_lake as fl
+        >>> conn = fl.connect(tempfile.mkdtemp())
+        >>> [report.ok for report in conn.verify()]
+        [True]
+        """
+        names = (
+            list(tables)
+            if tables is not None
+            else [f"{db}.{t}" for db in self.list_databases() for t in self.list_tables(db)]
+        )
+        reports = []
+        for name in names:
+            try:
+                table = self.get_table(name)
+            except CorruptedDataError as exc:  # the metadata itself: nothing else can be read
+                reports.append(IntegrityReport(name, 1, 0, (damage_of(exc, "metadata"),)))
+                continue
+            reports.append(table.verify(repair=repair))
+        reports.append(verify_jobs(self.store))
+        return reports
 
     def get_table(self, path: str | TablePath) -> Table:
         """A :class:`~fluss_lake.table.Table` to write, scan and look up (one per table per connection)."""

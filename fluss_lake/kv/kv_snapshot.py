@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fluss_lake.exceptions import CorruptedDataError
 from fluss_lake.io.checksum import TRAILER_BYTES, corrupted, dumps_json, is_sealed, loads_json
@@ -23,13 +25,14 @@ from fluss_lake.kv.kv_store import KvStore
 from fluss_lake.kv.segment import (
     INDEX_SUFFIX,
     Segment,
+    SegmentIndex,
     index_path,
     remove_segment_file,
     save_index,
     sealed_bytes,
 )
 
-__all__ = ["KvSnapshots"]
+__all__ = ["KvSnapshots", "StateCheck", "verify_snapshots"]
 
 _SNAPSHOT_SUFFIX = ".json"
 _SNAPSHOT_INTERVAL_SECONDS = 600
@@ -302,3 +305,79 @@ def _orphans(directory: str, referenced: set[str], now: float) -> list[str]:
         except FileNotFoundError:
             pass
     return old
+
+
+@dataclass(frozen=True, slots=True)
+class StateCheck:
+    """What :meth:`KvSnapshots.verify` found in one bucket's published state: objects read, objects without
+    checksums, and the damage (manifests, the segments and index files they name)."""
+
+    checked: int
+    unverified: int
+    damage: tuple[CorruptedDataError, ...]
+
+
+def verify_snapshots(snapshots: KvSnapshots, *, required: bool) -> StateCheck:
+    """Check every retained manifest of a bucket and every segment and index file it names, as stored now."""
+    store, prefix = snapshots.store, snapshots.kv_prefix
+    folder = f"{prefix}/snapshots"
+    damage: list[CorruptedDataError] = []
+    checked = unverified = 0
+    seen: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="fluss-lake-check-") as scratch:
+        for name in sorted(n for n in store.list(folder) if n.endswith(_SNAPSHOT_SUFFIX)):
+            key = f"{folder}/{name}"
+            checked += 1
+            try:
+                body = store.get(key)
+                unverified += not body.startswith(b'{"_crc32c"')
+                manifest = loads_json(body, key=key, required=required, what="snapshot manifest")
+                listed = [str(n) for n in manifest["segments"]]
+                checksums = {str(k): int(v) for k, v in (manifest.get("checksums") or {}).items()}
+                int(manifest["offset"])
+            except FileNotFoundError:
+                continue
+            except CorruptedDataError as exc:
+                damage.append(exc)
+                continue
+            except (KeyError, ValueError, TypeError) as exc:
+                damage.append(corrupted(key, f"it lacks its offset or segments ({exc})", what="snapshot manifest"))
+                continue
+            for segment_name in listed:
+                if segment_name in seen:
+                    continue
+                seen.add(segment_name)
+                checked += 1
+                segment_key = f"{prefix}/segments/{segment_name}"
+                try:
+                    path = store.local_path(segment_key)
+                    if path is None:  # a remote store: checked on a scratch copy
+                        path = os.path.join(scratch, segment_name)
+                        _write_local(path, store.get(segment_key))
+                        with contextlib.suppress(FileNotFoundError):
+                            _write_local(index_path(path), store.get(f"{segment_key}{INDEX_SUFFIX}"))
+                    segment = Segment.open(path, key=segment_key, required=required)
+                    unverified += segment.crc is None
+                    crc = checksums.get(segment_name)
+                    if crc is not None and segment.crc != crc:
+                        raise corrupted(
+                            segment_key,
+                            f"it is not the segment snapshot {name} names (its checksum differs)",
+                            what="KV segment",
+                        )
+                    if os.path.exists(index_path(path)):
+                        checked += 1
+                        try:
+                            SegmentIndex.open(
+                                index_path(path), segment.rows, segment_crc=segment.crc, key=segment_key + INDEX_SUFFIX
+                            )
+                        except CorruptedDataError as exc:
+                            damage.append(exc)
+                except FileNotFoundError:
+                    if store.exists(key):
+                        damage.append(
+                            corrupted(segment_key, f"snapshot {name} names it but it is missing", what="KV segment")
+                        )
+                except CorruptedDataError as exc:
+                    damage.append(exc)
+    return StateCheck(checked, unverified, tuple(damage))

@@ -142,7 +142,9 @@ class SegmentIndex:
             raise
 
     @classmethod
-    def open(cls, path: str, rows: int, *, segment_crc: int | None = None) -> SegmentIndex | None:
+    def open(
+        cls, path: str, rows: int, *, segment_crc: int | None = None, key: str | None = None
+    ) -> SegmentIndex | None:
         """Map an index saved by :meth:`save` for a segment of `rows` rows (and, when known, CRC32C `segment_crc`).
 
         None if the file is missing; raises :class:`CorruptedDataError` if it is damaged or belongs to another
@@ -154,22 +156,22 @@ class SegmentIndex:
         except FileNotFoundError:
             return None
         except ValueError as exc:  # an empty file cannot be mapped
-            raise corrupted(path, "it is empty", what="segment index") from exc
+            raise corrupted(key or path, "it is empty", what="segment index") from exc
         magic = bytes(mapped[: len(_INDEX_MAGIC)])
         fields = 6 if magic == _INDEX_MAGIC else 4 if magic == _INDEX_MAGIC_V1 else 0
         head = len(_INDEX_MAGIC) + 8 * fields
         if not fields or len(mapped) < head:
-            raise corrupted(path, "it has no index header (truncated or overwritten)", what="segment index")
+            raise corrupted(key or path, "it has no index header (truncated or overwritten)", what="segment index")
         values = [int(v) for v in np.frombuffer(mapped, np.int64, fields, len(_INDEX_MAGIC))]
         saved_rows, shift, count, itemsize = values[:4]
         if saved_rows != rows or itemsize not in (4, 8) or len(mapped) != head + count * itemsize + (rows + 1) * 4:
-            raise corrupted(path, f"its size does not fit a segment of {rows} rows", what="segment index")
+            raise corrupted(key or path, f"its size does not fit a segment of {rows} rows", what="segment index")
         if fields == 6:
             own = crc32c(memoryview(mapped)[head:], crc32c(memoryview(mapped)[len(_INDEX_MAGIC) : head - 8]))
             if own != values[5]:
-                raise corrupted(path, "its checksum does not match its bytes", what="segment index")
+                raise corrupted(key or path, "its checksum does not match its bytes", what="segment index")
             if segment_crc is not None and values[4] not in (-1, segment_crc):
-                raise corrupted(path, "it indexes another segment (files swapped)", what="segment index")
+                raise corrupted(key or path, "it indexes another segment (files swapped)", what="segment index")
         starts = np.frombuffer(mapped, np.uint32 if itemsize == 4 else np.int64, count, head)
         fingerprints = np.frombuffer(mapped, np.uint32, rows + 1, head + count * itemsize)
         return cls(starts, fingerprints, shift, rows)

@@ -17,6 +17,7 @@ before it ends. Damage raises :class:`~fluss_lake.exceptions.CorruptedDataError`
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import os
 import threading
@@ -26,12 +27,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from fluss_lake.exceptions import CommitConflictError, OffsetOutOfRangeError
-from fluss_lake.io.checksum import corrupted, unseal
+from fluss_lake.exceptions import CommitConflictError, CorruptedDataError, OffsetOutOfRangeError
+from fluss_lake.io.checksum import corrupted, is_sealed, unseal
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.log.log_batch import BatchHeader, LogBatch, SegmentReader, decode_batch, decode_header, encode_segment
 
-__all__ = ["LogTablet", "batch_key", "COMPACTION_GRACE_S"]
+__all__ = ["LogTablet", "LogCheck", "batch_key", "COMPACTION_GRACE_S"]
 
 _SUFFIX = ".arrow"
 _SEGMENT_SUFFIX = ".segment"
@@ -524,3 +525,95 @@ class LogTablet:
                 self.store.delete(old)
             moved += len(run)
         return moved
+
+    # ------------------------------------------------------------ verification and repair
+    def verify(self) -> LogCheck:
+        """Check every object of the bucket as stored now (checksums, decoding, names, continuity), ignoring what
+        this process verified before; nothing is changed. See :class:`LogCheck`."""
+        names = self.store.list(self.prefix)
+        spans: list[tuple[int, int, str]] = []  # (base, next offset, key) of every batch found
+        damage: list[CorruptedDataError] = []
+        unverified = checked = 0
+        for name in sorted(n for n in names if n.endswith(_SEGMENT_SUFFIX)):
+            key = f"{self.prefix}/{name}"
+            checked += 1
+            try:
+                raw = self._fetch(key)
+                unverified += not is_sealed(raw)
+                reader = SegmentReader(unseal(raw, key=key, required=self.checksums_required), key=key)
+                for index, header in enumerate(reader.headers):
+                    reader.batch(index)
+                    spans.append((header.base_offset, header.next_offset, key))
+            except FileNotFoundError:
+                continue  # expired or compacted meanwhile
+            except CorruptedDataError as exc:
+                damage.append(exc)
+        in_segments = {base for base, _, _ in spans}
+        for base in sorted(int(n[: -len(_SUFFIX)]) for n in names if n.endswith(_SUFFIX)):
+            key = batch_key(self.prefix, base)
+            checked += 1
+            try:
+                raw = self._fetch(key)
+                unverified += not is_sealed(raw)
+                batch = decode_batch(unseal(raw, key=key, required=self.checksums_required), key=key)
+                if batch.header.base_offset != base:
+                    raise corrupted(
+                        key, f"it holds the batch of offset {batch.header.base_offset}, not {base}", what="log batch"
+                    )
+                if base not in in_segments:  # a batch already copied into a segment is deleted right after
+                    spans.append((base, batch.header.next_offset, key))
+            except FileNotFoundError:
+                continue
+            except CorruptedDataError as exc:
+                damage.append(exc)
+                spans.append((base, -1, key))  # its end is unknown: the next batch's base tells
+        spans.sort()
+        for (base, end, key), (next_base, _, next_key) in itertools.pairwise(spans):
+            if end >= 0 and next_base != end and next_base != base:
+                damage.append(
+                    corrupted(
+                        batch_key(self.prefix, end) if next_base > end else next_key,
+                        f"the batch ending at {end} is followed by one starting at {next_base}"
+                        + (" (offsets missing)" if next_base > end else " (batches overlap)"),
+                        what="log batch",
+                        offsets=(min(end, next_base), max(end, next_base)),
+                    )
+                )
+        return LogCheck(self.bucket, checked, unverified, tuple(damage), tuple((b, e, k) for b, e, k in spans))
+
+    def _fetch(self, key: str) -> pa.Buffer | bytes:
+        """An object's whole stored bytes (mapped when local)."""
+        path = self.store.local_path(key)
+        if path is None:
+            return self.store.get(key)
+        if os.path.getsize(path) == 0:
+            return b""
+        return pa.memory_map(path).read_buffer()
+
+    def restore_batch(self, base: int, data: bytes) -> str:
+        """Put a batch rebuilt from elsewhere (the lake's history) in place of a damaged or missing object; `data`
+        is an encoded batch (:func:`~fluss_lake.log.log_batch.encode_batch`) that must start at `base` and end where
+        the next stored batch starts. Returns the object key."""
+        key = batch_key(self.prefix, base)
+        header = decode_header(data, key=key)
+        if header.base_offset != base:
+            raise ValueError(f"the rebuilt batch starts at {header.base_offset}, not {base}")
+        with self.lock:
+            self.store.put(key, data)
+            self._verified.discard(key)
+            if self._known is not None:
+                self._known = None  # listed again on next use
+        return key
+
+
+@dataclass(frozen=True, slots=True)
+class LogCheck:
+    """What :meth:`LogTablet.verify` found in one bucket: objects read, objects without checksums (written before
+    checksums existed), the damage, and the offsets ``(base, next offset, object key)`` of every batch found
+    (next offset -1 for a batch that cannot be read)."""
+
+    bucket: int
+    checked: int
+    unverified: int
+    damage: tuple[CorruptedDataError, ...]
+    spans: tuple[tuple[int, int, str], ...]

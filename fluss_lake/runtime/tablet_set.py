@@ -80,6 +80,23 @@ class TabletSet:
             )
         return tablet
 
+    def fresh_log_tablet(self, bucket: int) -> LogTablet:
+        """A new view of one bucket's log that shares nothing with the cached tablets (verification reads the log
+        without restoring a primary-key bucket's state, which may be what is damaged)."""
+        return LogTablet(
+            self.context.store,
+            layout.log_prefix(self.prefix, bucket),
+            bucket,
+            grace_s=self.context.log_compaction_grace_ms / 1000,
+            checksums_required=self.info.checksums,
+        )
+
+    def reopen_kv(self, bucket: int) -> KvTablet:
+        """Open a primary-key bucket's state anew (restored from the store, as a new process would)."""
+        with self._open_lock:
+            self._kv.pop(bucket, None)
+        return self.kv_tablet(bucket)
+
     def kv_tablet(self, bucket: int) -> KvTablet:
         """State + changelog of one bucket of a primary-key table (restored on first use)."""
         if not self.info.is_primary_key_table:

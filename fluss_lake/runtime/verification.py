@@ -1,0 +1,248 @@
+"""Verify every stored object of a table, and repair what the log can rebuild.
+
+Checks the table's metadata versions and partition records, every bucket's log (checksums, decoding, names,
+continuity: :meth:`~fluss_lake.log.log_tablet.LogTablet.verify`) and, for primary-key tables, every retained state
+snapshot with the segments and index files it names (:func:`~fluss_lake.kv.kv_snapshot.verify_snapshots`).
+
+Repair follows one rule, the log is the truth: damaged snapshots, segments and index files are deleted and the
+bucket's state is rebuilt from the log (an older snapshot the log still covers, or the whole log) and published
+as a new snapshot. Damaged log objects are not repaired here: their records exist only in the lake (tiering can
+restore them, ``fluss-lake check --repair`` with a lake), or nowhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from fluss_lake.catalog import data_prefix
+from fluss_lake.exceptions import CorruptedDataError
+from fluss_lake.io import layout
+from fluss_lake.io.checksum import is_sealed, loads_json, unseal
+from fluss_lake.io.store import ObjectStore
+from fluss_lake.kv.kv_snapshot import KvSnapshots, verify_snapshots
+from fluss_lake.kv.segment import INDEX_SUFFIX, Segment, SegmentIndex
+from fluss_lake.metadata.partition import PartitionInfo
+from fluss_lake.runtime.table_runtime import TableRuntime
+from fluss_lake.runtime.tablet_set import TabletSet
+
+__all__ = ["Damage", "IntegrityReport", "damage_of", "verify_jobs", "verify_table"]
+
+_log = logging.getLogger("fluss_lake.integrity")
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """One damaged object: its key, what is wrong, where it belongs, and whether it was repaired."""
+
+    key: str
+    problem: str
+    partition: str | None = None
+    bucket: int | None = None
+    offsets: tuple[int, int] | None = None
+    kind: str = "log"  # "metadata", "log", "state" or "job"
+    repaired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IntegrityReport:
+    """What :func:`verify_table` found: objects read, objects without checksums (written before checksums
+    existed: read "not verified"), and the damaged objects (repaired or not).
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.t", schema={"id": "BIGINT"}, primary_key=["id"])
+    >>> table = conn.get_table("d.t"); _ = table.upsert([{"id": 1}])
+    >>> report = table.verify()
+    >>> report.ok, report.damage
+    (True, ())
+    """
+
+    table: str
+    checked: int
+    unverified: int
+    damage: tuple[Damage, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """Whether nothing is left damaged (damage found was repaired)."""
+        return all(d.repaired for d in self.damage)
+
+    @property
+    def unrepaired(self) -> tuple[Damage, ...]:
+        """The damage still there."""
+        return tuple(d for d in self.damage if not d.repaired)
+
+    def summary(self) -> str:
+        """One line per damaged object after a headline (for the command line and logs)."""
+        head = (
+            f"{self.table}: {self.checked} objects checked, {len(self.damage)} damaged"
+            f" ({sum(d.repaired for d in self.damage)} repaired)"
+            + (f", {self.unverified} without checksums (written before checksums existed)" if self.unverified else "")
+        )
+        lines = [head]
+        for d in self.damage:
+            where = "".join(
+                (
+                    f" partition {d.partition}" if d.partition else "",
+                    f" bucket {d.bucket}" if d.bucket is not None else "",
+                    f" offsets [{d.offsets[0]}, {d.offsets[1]})" if d.offsets else "",
+                )
+            )
+            lines.append(f"  {'repaired' if d.repaired else 'DAMAGED'} {d.kind}{where}: {d.key}: {d.problem}")
+        return "\n".join(lines)
+
+
+def verify_table(runtime: TableRuntime, *, repair: bool = False) -> IntegrityReport:
+    """Check every stored object of a table (all partitions); with `repair`, rebuild damaged state from the log."""
+    info = runtime.info
+    store = runtime.context.store
+    damage: list[Damage] = []
+    checked = unverified = 0
+    folder = layout.meta_folder(info.path.database, info.path.table)
+    for name in store.list(folder):
+        if layout.meta_version(name) is None:
+            continue
+        key = f"{folder}/{name}"
+        checked += 1
+        try:
+            body = store.get(key)
+            unverified += not body.startswith(b'{"_crc32c"')
+            loads_json(body, key=key, what="table metadata")
+        except FileNotFoundError:
+            continue
+        except CorruptedDataError as exc:
+            damage.append(_damage(exc, None, None, "metadata"))
+    partitions: list[PartitionInfo | None] = [None]
+    if info.partition_keys:
+        data = layout.partitions_folder(data_prefix(info))
+        for name in store.list(data):
+            if name.endswith(".json"):
+                checked += 1
+                key = f"{data}/{name}"
+                try:
+                    body = store.get(key)
+                    unverified += not body.startswith(b'{"_crc32c"')
+                    loads_json(body, key=key, what="partition record")
+                except FileNotFoundError:
+                    continue
+                except CorruptedDataError as exc:
+                    damage.append(_damage(exc, name[: -len(".json")], None, "metadata"))
+        partitions = list(runtime.list_partitions())
+    for partition in partitions:
+        tablets = runtime.tablets(partition)
+        found = _verify_tablets(tablets, repair=repair)
+        checked += found[0]
+        unverified += found[1]
+        damage.extend(found[2])
+    return IntegrityReport(str(info.path), checked, unverified, tuple(damage))
+
+
+def _verify_tablets(tablets: TabletSet, *, repair: bool) -> tuple[int, int, list[Damage]]:
+    """Check the logs and state of one unpartitioned table or partition."""
+    info, store = tablets.info, tablets.context.store
+    name = tablets.name
+    damage: list[Damage] = []
+    checked = unverified = 0
+    for bucket in range(tablets.bucket_num):
+        log = tablets.fresh_log_tablet(bucket)
+        found = log.verify()
+        checked += found.checked
+        unverified += found.unverified
+        damage.extend(_damage(exc, name, bucket, "log") for exc in found.damage)
+        if not info.is_primary_key_table:
+            continue
+        snapshots = KvSnapshots(store, layout.kv_prefix(tablets.prefix, bucket))
+        state = verify_snapshots(snapshots, required=info.checksums)
+        checked += state.checked
+        unverified += state.unverified
+        if not state.damage:
+            continue
+        repaired = repair and _rebuild_state(tablets, bucket, snapshots, state.damage, log_ok=not found.damage)
+        damage.extend(_damage(exc, name, bucket, "state", repaired=repaired) for exc in state.damage)
+    return checked, unverified, damage
+
+
+def _rebuild_state(
+    tablets: TabletSet, bucket: int, snapshots: KvSnapshots, damage: tuple[CorruptedDataError, ...], *, log_ok: bool
+) -> bool:
+    """Delete the damaged snapshot objects of a bucket and rebuild its state from the log; False if it cannot be."""
+    if not log_ok:
+        return False  # the log itself is damaged: rebuilding from it would not give the truth
+    folder = f"{snapshots.kv_prefix}/snapshots/"
+    for exc in damage:
+        key = exc.key or ""
+        if key.startswith(folder):
+            snapshots.store.delete(key)
+        elif key.endswith(INDEX_SUFFIX):  # rebuilt from its segment (which checked out)
+            path = snapshots.store.local_path(key)
+            segment_path = path.removesuffix(INDEX_SUFFIX) if path is not None else None
+            if path is not None and segment_path is not None and os.path.exists(segment_path):
+                indexed = Segment.open(segment_path, verify=False)
+                SegmentIndex.build(indexed.hashes).save(path, segment_crc=-1 if indexed.crc is None else indexed.crc)
+            else:
+                snapshots.store.delete(key)  # a remote copy: each download builds the index again
+        else:  # a damaged segment: every manifest naming it goes (a new snapshot replaces them)
+            segment = key.rsplit("/", 1)[-1]
+            for name in snapshots.store.list(folder.rstrip("/")):
+                manifest_key = folder + name
+                try:
+                    named = loads_json(snapshots.store.get(manifest_key), key=manifest_key)["segments"]
+                except (FileNotFoundError, CorruptedDataError, KeyError):
+                    continue
+                if segment in named:
+                    snapshots.store.delete(manifest_key)
+            snapshots.store.delete(key)
+            snapshots.store.delete(f"{key}{INDEX_SUFFIX}")
+    try:
+        tablet = tablets.reopen_kv(bucket)
+        tablet.last_snapshot = -1
+        tablet.snapshot()
+    except CorruptedDataError as exc:
+        _log.warning("%s", exc)
+        return False
+    _log.warning("rebuilt the state of bucket %d of %s from its log", bucket, tablets.prefix)
+    return True
+
+
+def verify_jobs(store: ObjectStore) -> IntegrityReport:
+    """Check every job's checkpoints and attachments (the stateful join's state)."""
+    damage: list[Damage] = []
+    checked = unverified = 0
+    root = layout.jobs_root()
+    for job in store.list(root):
+        prefix = layout.job_prefix(job)
+        keys = [f"{prefix}/{n}" for n in store.list(prefix) if n.startswith("ckpt-") and n.endswith(".json")]
+        keys += [f"{prefix}/attachments/{n}" for n in store.list(f"{prefix}/attachments")]
+        for key in keys:
+            checked += 1
+            try:
+                body = store.get(key)
+                if key.endswith(".json"):
+                    unverified += not body.startswith(b'{"_crc32c"')
+                    loads_json(body, key=key, what="job checkpoint")
+                else:
+                    unverified += not is_sealed(body)
+                    unseal(body, key=key, what="job attachment")
+            except FileNotFoundError:
+                continue
+            except CorruptedDataError as exc:
+                damage.append(_damage(exc, None, None, "job"))
+    return IntegrityReport(root, checked, unverified, tuple(damage))
+
+
+def damage_of(exc: CorruptedDataError, kind: str) -> Damage:
+    """A :class:`Damage` entry for an error raised while opening something."""
+    return _damage(exc, None, None, kind)
+
+
+def _damage(
+    exc: CorruptedDataError, partition: str | None, bucket: int | None, kind: str, *, repaired: bool = False
+) -> Damage:
+    problem = str(exc).split(" is damaged: ", 1)[-1].split("; run `fluss-lake check", 1)[0]
+    return Damage(
+        exc.key or "", problem, partition, bucket if bucket is not None else exc.bucket, exc.offsets, kind, repaired
+    )
