@@ -568,7 +568,7 @@ class LogTablet:
                 damage.append(exc)
                 spans.append((base, -1, key))  # its end is unknown: the next batch's base tells
         spans.sort()
-        for (base, end, key), (next_base, _, next_key) in itertools.pairwise(spans):
+        for (base, end, _), (next_base, _, next_key) in itertools.pairwise(spans):
             if end >= 0 and next_base != end and next_base != base:
                 damage.append(
                     corrupted(
