@@ -129,7 +129,12 @@ class Catalog:
         return bool(self._versions(path))
 
     def create_table(
-        self, path: TablePath, descriptor: TableDescriptor, *, ignore_if_exists: bool = False
+        self,
+        path: TablePath,
+        descriptor: TableDescriptor,
+        *,
+        ignore_if_exists: bool = False,
+        log_compaction_grace_ms: int = 600_000,
     ) -> TableInfo:
         """Create a table from a descriptor (validated here, the store's lake format stamped on it)."""
         self.require_database(path.database)
@@ -137,7 +142,7 @@ class Catalog:
             descriptor = dataclasses.replace(
                 descriptor, options={**descriptor.options, opt.DATALAKE_FORMAT: self.default_lake_format}
             )
-        info = TableInfo.new(path, validate_descriptor(descriptor))
+        info = TableInfo.new(path, validate_descriptor(descriptor), log_compaction_grace_ms=log_compaction_grace_ms)
         key = layout.meta_key(path.database, path.table, 0)
         if not self.store.put_if_absent(key, dumps_json(info.to_json())):
             if ignore_if_exists:

@@ -28,7 +28,7 @@ from fluss_lake.metadata.partition import PartitionInfo
 from fluss_lake.metadata.schema import Schema
 from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.metadata.types import DataTypeLike
-from fluss_lake.runtime.context import RuntimeContext
+from fluss_lake.runtime.context import DEFAULT_GRACE_MS, RuntimeContext
 from fluss_lake.runtime.table_runtime import TableRuntime
 from fluss_lake.runtime.verification import IntegrityReport, damage_of, verify_jobs
 from fluss_lake.table import Table
@@ -65,7 +65,7 @@ class Connection:
         snapshot_every: int = 1_000_000,
         dynamic_partition_creation: bool = True,
         max_partition_num: int = 1000,
-        log_compaction_grace_ms: int = 600_000,
+        log_compaction_grace_ms: int | None = None,
         default_lake_format: str | None = None,
     ) -> None:
         if local_dir is None:
@@ -113,8 +113,10 @@ class Connection:
 
     @property
     def log_compaction_grace_ms(self) -> int:
-        """Age below which log batches are not compacted."""
-        return self._context.log_compaction_grace_ms
+        """Age below which log batches of the tables this connection creates are not compacted (each table keeps
+        the value it was created with)."""
+        value = self._context.log_compaction_grace_ms
+        return DEFAULT_GRACE_MS if value is None else value
 
     @property
     def dynamic_partition_creation(self) -> bool:
@@ -216,7 +218,12 @@ class Connection:
                 "pass either a TableDescriptor or schema/primary_key/bucket_num/bucket_keys/"
                 "options/comment/partition_keys keywords, not both"
             )
-        return self.catalog.create_table(TablePath.of(path), descriptor, ignore_if_exists=ignore_if_exists)
+        return self.catalog.create_table(
+            TablePath.of(path),
+            descriptor,
+            ignore_if_exists=ignore_if_exists,
+            log_compaction_grace_ms=self.log_compaction_grace_ms,
+        )
 
     def get_table_info(self, path: str | TablePath) -> TableInfo:
         """The table's current metadata."""
@@ -280,6 +287,7 @@ class Connection:
         info = self.get_table_info(path)
         table = self._tables.get(info.table_id)
         if table is None:
+            self._context.grace_ms(info)  # a connection asking for another log compaction grace is refused here
             table = self._tables[info.table_id] = Table(self, TableRuntime(self._context, info))
         elif table.info.descriptor != info.descriptor:
             table._runtime.reload(info)
@@ -323,7 +331,7 @@ def connect(
     snapshot_every: int = 1_000_000,
     dynamic_partition_creation: bool = True,
     max_partition_num: int = 1000,
-    log_compaction_grace_ms: int = 600_000,
+    log_compaction_grace_ms: int | None = None,
 ) -> Connection:
     """Open a store: a local folder by default, or ``s3://bucket/prefix`` with fsspec storage options.
 
@@ -353,8 +361,9 @@ def connect(
         Most partitions a table may have (Fluss's ``max.partition.num``).
     log_compaction_grace_ms
         :meth:`~fluss_lake.table.Table.compact_log` merges only batches older than this, and a process whose view
-        of a log is older than half of it re-lists before committing; every process sharing a store must use the
-        same value (default ten minutes).
+        of a log is older than half of it re-lists before reading on or committing. It is recorded in every table
+        this connection creates (default ten minutes) and every process uses the table's value: leave it unset to
+        open tables created elsewhere (a different value is refused, since readers would miss batches).
 
     Examples
     --------

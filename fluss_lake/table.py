@@ -118,6 +118,11 @@ class Table:
         return self._partition.name if self._partition is not None else None
 
     @property
+    def log_compaction_grace_ms(self) -> int:
+        """The table's log compaction grace, shared by every process (see ``connect(log_compaction_grace_ms=)``)."""
+        return self._runtime.context.grace_ms(self.info)
+
+    @property
     def bucket_num(self) -> int:
         """Number of buckets."""
         return self.info.bucket_num

@@ -58,6 +58,7 @@ class LogReader(LogSource):
                 self.live.connection.store,
                 layout.log_prefix(self.prefix, bucket),
                 bucket,
+                grace_s=self.live.log_compaction_grace_ms / 1000,
                 checksums_required=self.live.info.checksums,
             )
         return tablet

@@ -217,6 +217,9 @@ class TableInfo:
     #: Every object of this table carries a checksum (created by a version that seals them; see
     #: :mod:`fluss_lake.io.checksum`): an object without one is damaged. Tables from earlier versions read unverified.
     checksums: bool = False
+    #: Log compaction leaves batches younger than this alone, and every process re-lists a log whose view is older
+    #: than half of it: one value per table, shared by every process (None: created before it was recorded).
+    log_compaction_grace_ms: int | None = None
 
     @property
     def schema(self) -> Schema:
@@ -263,10 +266,18 @@ class TableInfo:
         return codec, int(level) if level else (3 if codec == "zstd" else None)
 
     @classmethod
-    def new(cls, path: TablePath, descriptor: TableDescriptor) -> TableInfo:
+    def new(cls, path: TablePath, descriptor: TableDescriptor, *, log_compaction_grace_ms: int = 600_000) -> TableInfo:
         """A fresh table id and timestamps for a validated descriptor."""
         now = int(time.time() * 1000)
-        return cls(uuid.uuid4().hex, path, descriptor, now, now, checksums=True)
+        return cls(
+            uuid.uuid4().hex,
+            path,
+            descriptor,
+            now,
+            now,
+            checksums=True,
+            log_compaction_grace_ms=log_compaction_grace_ms,
+        )
 
     def to_json(self) -> dict:
         """Serializable form, stored as one immutable version file per change."""
@@ -284,6 +295,7 @@ class TableInfo:
             "created_ms": self.created_ms,
             "modified_ms": self.modified_ms,
             "checksums": self.checksums,
+            "log_compaction_grace_ms": self.log_compaction_grace_ms,
         }
 
     @classmethod
@@ -304,4 +316,5 @@ class TableInfo:
             data["created_ms"],
             data["modified_ms"],
             bool(data.get("checksums", False)),
+            data.get("log_compaction_grace_ms"),
         )

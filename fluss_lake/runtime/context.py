@@ -7,9 +7,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fluss_lake.catalog import Catalog
+from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.io.store import ObjectStore
+from fluss_lake.metadata.descriptor import TableInfo
 
-__all__ = ["RuntimeContext"]
+__all__ = ["DEFAULT_GRACE_MS", "RuntimeContext"]
+
+#: The log compaction grace of tables created without one (and of tables of earlier versions).
+DEFAULT_GRACE_MS = 600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,8 +26,9 @@ class RuntimeContext:
     local_dir: str
     #: take a state snapshot once this many log offsets were applied since the last one
     snapshot_every: int = 1_000_000
-    #: log compaction merges only batches older than this; writers with older views re-list first
-    log_compaction_grace_ms: int = 600_000
+    #: log compaction merges only batches older than this; writers with older views re-list first. Recorded in each
+    #: table this connection creates; None: every table's own value (600000 ms for tables that never recorded one)
+    log_compaction_grace_ms: int | None = None
     #: create missing partitions when rows for them are written
     dynamic_partition_creation: bool = True
 
@@ -30,6 +36,20 @@ class RuntimeContext:
     def store(self) -> ObjectStore:
         """The object store every table of the connection lives in."""
         return self.catalog.store
+
+    def grace_ms(self, info: TableInfo) -> int:
+        """The log compaction grace of a table: the one its metadata records (every process must use the same, or
+        readers stop seeing batches compacted sooner than they expect); a connection asking for another is refused."""
+        recorded = info.log_compaction_grace_ms
+        if recorded is None:
+            return DEFAULT_GRACE_MS if self.log_compaction_grace_ms is None else self.log_compaction_grace_ms
+        if self.log_compaction_grace_ms is not None and self.log_compaction_grace_ms != recorded:
+            raise InvalidConfigError(
+                f"table {info.path} compacts its log with a grace of {recorded} ms (recorded when it was created) "
+                f"but this connection asks for {self.log_compaction_grace_ms} ms; every process must use the "
+                "table's value: leave log_compaction_grace_ms unset in connect() (or pass the same value)"
+            )
+        return recorded
 
     @property
     def clock(self) -> Callable[[], int]:

@@ -90,7 +90,7 @@ def compact_log(
 ) -> int:
     """Merge runs of small committed log batches older than the grace period; returns how many were merged."""
     now = runtime.context.clock() if now_ms is None else now_ms
-    grace = runtime.context.log_compaction_grace_ms
+    grace = runtime.context.grace_ms(runtime.info)
     codec = runtime.info.log_compression[0]
     moved = 0
     for tablets in runtime.scope(partition):

@@ -74,7 +74,7 @@ class TabletSet:
                     self.context.store,
                     layout.log_prefix(self.prefix, bucket),
                     bucket,
-                    grace_s=self.context.log_compaction_grace_ms / 1000,
+                    grace_s=self.context.grace_ms(self.info) / 1000,
                     checksums_required=self.info.checksums,
                 ),
             )
@@ -87,7 +87,7 @@ class TabletSet:
             self.context.store,
             layout.log_prefix(self.prefix, bucket),
             bucket,
-            grace_s=self.context.log_compaction_grace_ms / 1000,
+            grace_s=self.context.grace_ms(self.info) / 1000,
             checksums_required=self.info.checksums,
         )
 
@@ -132,7 +132,7 @@ class TabletSet:
             compression_level=level,
             snapshot_every=context.snapshot_every,
             kv_ttl_ms=opt.parse_duration_ms(opt.KV_TTL, info.options.get(opt.KV_TTL, "0ms")),
-            log_grace_s=context.log_compaction_grace_ms / 1000,
+            log_grace_s=context.grace_ms(info) / 1000,
             checksums_required=info.checksums,
         )
 

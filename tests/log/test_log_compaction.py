@@ -79,8 +79,12 @@ def test_a_reader_with_an_old_view_follows_batches_into_segments(tmp_path) -> No
     clock = [0]
     events = _events(tmp_path, clock=lambda: clock[0], log_compaction_grace_ms=0)
     _fill(events, 12, clock)
-    reader = fl.connect(str(tmp_path / "lake"), local_dir=str(tmp_path / "r"),
-                        log_compaction_grace_ms=600_000).get_table("d.ev")
+    with pytest.raises(fl.InvalidConfigError, match="grace of 0 ms"):  # readers must follow the table's grace
+        fl.connect(str(tmp_path / "lake"), local_dir=str(tmp_path / "r"), log_compaction_grace_ms=600_000).get_table(
+            "d.ev"
+        )
+    reader = fl.connect(str(tmp_path / "lake"), local_dir=str(tmp_path / "r")).get_table("d.ev")
+    assert reader.log_compaction_grace_ms == 0
     before = reader.scan_log()  # the reader now knows every batch by its own object
     assert events.compact_log() > 0
     assert reader.scan_log().equals(before)
@@ -218,3 +222,21 @@ def test_compaction_during_writes_and_scans_in_other_processes(tmp_path) -> None
     for _, group in log.group_by("_bucket"):
         assert group["_offset"].to_list() == list(range(group.height))
     assert _objects(url, ".segment") > 0
+
+
+def test_a_reader_opened_without_the_grace_sees_every_batch_a_compacting_writer_adds(tmp_path) -> None:
+    """The grace lives with the table: a reader connected with defaults follows a writer that compacts at once
+    (it used to keep its own ten-minute grace, probe for batch objects compaction had moved, and stall)."""
+    clock = [0]
+    events = _events(tmp_path, clock=lambda: clock[0], log_compaction_grace_ms=0)
+    reader = fl.connect(str(tmp_path / "lake"), local_dir=str(tmp_path / "r")).get_table("d.ev")
+    scanner = reader.new_scan()
+    scanner.subscribe_from_beginning()
+    seen = 0
+    for step in range(40):
+        _fill(events, 5, clock, start=step * 5)
+        if step % 3 == 0:
+            events.compact_log()
+        seen += scanner.poll().height
+    seen += scanner.poll().height
+    assert seen == events.scan_log().height == 40 * 5 * 3
