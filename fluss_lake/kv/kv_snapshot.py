@@ -110,7 +110,12 @@ class KvSnapshots:
         if self.shared_dir is not None:
             segment = Segment.open(os.path.join(self.shared_dir, name), key=key, required=required)
         else:
-            segment = Segment.open(self._download(name, directory), key=key, required=required)
+            path = self._download(name, directory)
+            try:
+                segment = Segment.open(path, key=key, required=required)
+            except CorruptedDataError:  # a damaged copy kept from an earlier run: fetched again, checked again
+                remove_segment_file(path)
+                segment = Segment.open(self._download(name, directory), key=key, required=required)
         if crc is not None and segment.crc != crc:
             raise corrupted(
                 key,
