@@ -23,6 +23,7 @@ from fluss_lake.exceptions import __all__ as _exceptions
 from fluss_lake.metadata.descriptor import TableDescriptor, TableInfo
 from fluss_lake.metadata.schema import Column, Schema
 from fluss_lake.metadata.table_path import TablePath
+from fluss_lake.runtime.verification import Damage, IntegrityReport
 from fluss_lake.table import Table
 from fluss_lake.write.write_result import WriteResult
 
@@ -39,5 +40,7 @@ __all__ = [
     "Schema",
     "Column",
     "WriteResult",
+    "IntegrityReport",
+    "Damage",
     *_exceptions,
 ]

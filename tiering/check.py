@@ -17,7 +17,6 @@ from typing import Any, TextIO
 
 import fluss_lake as fl
 from fluss_lake.exceptions import FlussLakeError
-from fluss_lake.runtime.verification import IntegrityReport
 
 __all__ = ["check", "register"]
 
@@ -102,8 +101,8 @@ def check(
 
 
 def _restore_from_lake(
-    conn: fl.Connection, reports: list[IntegrityReport], catalog_properties: dict[str, str] | None
-) -> list[IntegrityReport]:
+    conn: fl.Connection, reports: list[fl.IntegrityReport], catalog_properties: dict[str, str] | None
+) -> list[fl.IntegrityReport]:
     """Restore the damaged log objects of each table from the lake, then check those tables again."""
     from tiering.lake import Lake
     from tiering.log_restore import restore_log_from_lake
@@ -123,5 +122,5 @@ def _restore_from_lake(
         left = {d.key for d in after.unrepaired}
         damage = tuple(d if d.key in left else dataclasses.replace(d, repaired=True) for d in report.damage)
         damage += tuple(d for d in after.damage if d.key not in {e.key for e in report.damage})
-        again.append(IntegrityReport(report.table, report.checked, report.unverified, damage))
+        again.append(fl.IntegrityReport(report.table, report.checked, report.unverified, damage))
     return again
