@@ -49,6 +49,7 @@ class KvSnapshots:
         self.shared_dir = store.local_path(f"{kv_prefix}/segments")
         self._retired_remote: set[str] = set()  # merged-away segments on a remote store, deleted once unreferenced
         self._last_time: float | None = None  # monotonic time of the last snapshot (or of the first due() check)
+        self._unusable: set[str] = set()  # manifests restore skipped for a damaged or missing segment
 
     def restore(
         self, kv: KvStore, *, replayable_from: Callable[[], int], required: bool = False
@@ -85,6 +86,7 @@ class KvSnapshots:
                 segments = [self._open_segment(seg, kv.directory, checksums.get(seg), required) for seg in listed]
             except CorruptedDataError as exc:
                 damage.append(exc)
+                self._unusable.add(key)
                 continue
             except FileNotFoundError as exc:
                 if not self.store.exists(key):
@@ -92,16 +94,19 @@ class KvSnapshots:
                 damage.append(
                     corrupted(key, f"it names a segment that is missing ({exc.filename or exc})", what="snapshot")
                 )
+                self._unusable.add(key)
                 continue
             kv.adopt(segments)
             return offset, damage
         return None, damage
 
     def discard(self, damage: list[CorruptedDataError]) -> None:
-        """Delete damaged manifests once a newer good snapshot replaces them (their segments become orphans)."""
-        for exc in damage:
-            if exc.key is not None and exc.key.startswith(f"{self.kv_prefix}/snapshots/"):
-                self.store.delete(exc.key)
+        """Delete damaged manifests, and manifests naming damaged segments, once a newer good snapshot replaces them
+        (their segments become orphans, collected after the grace period)."""
+        keys = {exc.key for exc in damage if exc.key and exc.key.startswith(f"{self.kv_prefix}/snapshots/")}
+        for key in sorted(keys | self._unusable):
+            self.store.delete(key)
+        self._unusable.clear()
 
     def _open_segment(self, name: str, directory: str, crc: int | None = None, required: bool = False) -> Segment:
         """Map a snapshot segment (downloading it first into the private `directory` from a remote store),
