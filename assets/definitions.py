@@ -15,6 +15,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.checks import JOB_CHECKS, LIVE_CHECKS
+from assets.integrity import INTEGRITY_CHECKS
 from assets.jobs import JOB_ASSETS
 from assets.lake import (
     LAKE_ASSETS,
@@ -38,7 +39,7 @@ def default_resources() -> dict[str, dg.ConfigurableResource]:
 
 defs = dg.Definitions(
     assets=[*LIVE_ASSETS, *JOB_ASSETS, *LAKE_ASSETS, *TRAINING_ASSETS],
-    asset_checks=[*LIVE_CHECKS, *JOB_CHECKS, *LAKE_CHECKS],
+    asset_checks=[*LIVE_CHECKS, *JOB_CHECKS, *LAKE_CHECKS, *INTEGRITY_CHECKS],
     jobs=[live_demo_job, demo_pipeline_job, tiering_job],
     schedules=[live_demo_schedule, *LAKE_SCHEDULES],
     sensors=[*LAKE_SENSORS],

@@ -50,6 +50,7 @@ def test_checks_jobs_schedules_sensor_and_resources_are_registered():
     repo = defs.get_repository_def()
     checks = {(k.asset_key.to_user_string(), k.name) for k in repo.asset_graph.asset_check_keys}
     expected = {(name, "schema_matches_declaration") for name in DEMO_TABLES}
+    expected |= {(name, "stored_objects_intact") for name in DEMO_TABLES}
     expected |= {(name, "primary_key_unique") for name, spec in DEMO_TABLES.items() if spec.primary_key}
     expected |= {("customer_spend", "spend_matches_payments"), ("payments", "payment_ids_unique")}
     for name, spec in DEMO_TABLES.items():
