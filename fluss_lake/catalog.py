@@ -9,6 +9,8 @@ lists, creates and checks its partitions through it.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 
 from fluss_lake import options as opt
@@ -36,6 +38,31 @@ from fluss_lake.metadata.table_path import TablePath, check_name
 from fluss_lake.metadata.types import DataTypeLike
 
 __all__ = ["Catalog", "data_prefix"]
+
+_log = logging.getLogger(__name__)
+#: (table id, option key) pairs already reported as ignored by this process: each is said once.
+_reported_ignored: set[tuple[str, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def report_ignored_options(info: TableInfo) -> None:
+    """Log once per process and table each option an earlier version stored that fluss-lake ignores."""
+    ignored = info.ignored_options()
+    if not ignored:
+        return
+    with _reported_lock:
+        fresh = {k: v for k, v in ignored.items() if (info.table_id, k) not in _reported_ignored}
+        _reported_ignored.update((info.table_id, k) for k in fresh)
+    for key, why in fresh.items():
+        _log.warning(
+            "table %s: option %s=%r is ignored: %s. It was accepted by an earlier fluss-lake version; "
+            "alter_table(reset_options=[%r]) removes it",
+            info.path,
+            key,
+            info.options[key],
+            why,
+            key,
+        )
 
 
 def data_prefix(info: TableInfo, partition: PartitionInfo | None = None) -> str:
@@ -165,7 +192,9 @@ class Catalog:
         if not versions:
             raise TableNotExistError(f"table {path} does not exist; list_tables({path.database!r}) shows what does")
         key = layout.meta_key(path.database, path.table, versions[-1])
-        return TableInfo.from_json(loads_json(self.store.get(key), key=key, what="table metadata"))
+        info = TableInfo.from_json(loads_json(self.store.get(key), key=key, what="table metadata"))
+        report_ignored_options(info)
+        return info
 
     def drop_table(self, path: TablePath) -> None:
         """Delete a table with its log and state."""
@@ -179,26 +208,35 @@ class Catalog:
         set_options: Mapping[str, object] | None = None,
         reset_options: Sequence[str] = (),
     ) -> TableInfo:
-        """Add nullable columns at the end and/or change alterable options (Fluss's ALTER TABLE)."""
-        for key in [*(set_options or {}), *reset_options]:
-            opt.check_option_key(key)  # a misspelt key: "unknown table option ..., did you mean ...?"
-        for key in [*(set_options or {}), *reset_options]:
-            if key not in opt.ALTERABLE_OPTIONS:
-                raise InvalidAlterError(
-                    f"option {key!r} cannot be altered after creation; alterable options are "
-                    f"{sorted(opt.ALTERABLE_OPTIONS)}"
-                )
+        """Add nullable columns at the end and/or change alterable options (Fluss's ALTER TABLE).
+
+        An option an earlier version stored that fluss-lake ignores (:meth:`TableInfo.ignored_options`) may be
+        reset (removed), whatever its key; it is kept as it is otherwise.
+        """
         for _ in range(100):
             versions = self._versions(path)
             if not versions:
                 raise TableNotExistError(f"table {path} does not exist")
             info = self.get_table_info(path)
+            ignored = info.ignored_options()
+            for key in [*(set_options or {}), *(k for k in reset_options if k not in ignored)]:
+                opt.check_option_key(key)  # misspelt ("did you mean ...?") or a Fluss option we refuse
+            for key in [*(set_options or {}), *(k for k in reset_options if k not in ignored)]:
+                if key not in opt.ALTERABLE_OPTIONS:
+                    raise InvalidAlterError(
+                        f"option {key!r} cannot be altered after creation; alterable options are "
+                        f"{sorted(opt.ALTERABLE_OPTIONS)}"
+                    )
             schema = info.schema
             for name, dtype in (add_columns or {}).items():
                 schema = schema.add_column(name, dtype)
-            new_options = {k: v for k, v in info.options.items() if k not in reset_options}
+            kept = {k: v for k, v in info.options.items() if k not in reset_options}
+            legacy = {k: v for k, v in kept.items() if k in ignored}  # not validated again, kept as they are
+            new_options = {k: v for k, v in kept.items() if k not in legacy}
             new_options.update(opt.normalize_options(set_options or {}))
             descriptor = validate_descriptor(dataclasses.replace(info.descriptor, schema=schema, options=new_options))
+            if legacy:
+                descriptor = dataclasses.replace(descriptor, options={**descriptor.options, **legacy})
             new_info = dataclasses.replace(info, descriptor=descriptor, modified_ms=self.clock())
             key = layout.meta_key(path.database, path.table, versions[-1] + 1)
             if self.store.put_if_absent(key, dumps_json(new_info.to_json())):

@@ -372,8 +372,11 @@ def connect(
     []
     """
     target = url if url is not None else os.environ.get(DEFAULT_URL_ENV, _DEFAULT_DIR)
-    if datalake_format not in (None, "iceberg", "lance"):
-        raise InvalidConfigError(f"datalake_format={datalake_format!r}: use 'iceberg' or None")
+    if datalake_format not in (None, "iceberg"):
+        raise InvalidConfigError(
+            f"datalake_format={datalake_format!r} is not supported by fluss-lake (the tiering service writes "
+            "Iceberg tables only); use 'iceberg' or None"
+        )
     connection = Connection(
         open_store(target, storage_options),
         local_dir=local_dir,

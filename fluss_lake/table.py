@@ -453,9 +453,14 @@ class Table:
         """
         return state_scan.bucket_state(self._runtime, self._partition, bucket)
 
-    def new_lookup(self) -> Lookuper:
-        """A batched primary-key lookuper (``lookup`` many keys, ``lookup_one`` a single key)."""
-        return Lookuper(self._runtime, self._partition)
+    def new_lookup(self, *, insert_if_not_exists: bool = False) -> Lookuper:
+        """A batched primary-key lookuper (``lookup`` many keys, ``lookup_one`` a single key).
+
+        With `insert_if_not_exists` (Fluss's ``Lookup.enableInsertIfNotExists``) a key it does not find is
+        inserted with only its key columns (the auto-increment column numbered, others null) and its new row
+        returned; refused here if a non-key column other than the auto-increment one is NOT NULL.
+        """
+        return Lookuper(self._runtime, self._partition, insert_if_not_exists=insert_if_not_exists)
 
     def new_prefix_lookup(self, columns: Sequence[str] | None = None) -> PrefixLookuper:
         """A lookuper by bucket-key prefix (the bucket key must be a leading prefix of the primary key)."""

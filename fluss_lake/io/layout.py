@@ -14,6 +14,7 @@ existing stores unreadable.
         _partition_id
     log/b00000/...                               a bucket's log (Arrow IPC batches and segments)
     kv/b00000/{segments,snapshots}/...           a primary-key bucket's published state
+    _auto_increment/c00001/r0000...0007.json     a claimed range of an auto-increment column (column id 1)
 .jobs/<job name>/                                a job's checkpoints
 ```
 
@@ -43,12 +44,16 @@ __all__ = [
     "kv_prefix",
     "jobs_root",
     "job_prefix",
+    "auto_increment_folder",
+    "auto_increment_range",
+    "auto_increment_range_index",
 ]
 
 DATABASE_MARKER = "_database.json"
 _META = "_meta"
 _PARTITIONS = "_partitions"
 _JOBS = ".jobs"
+_AUTO_INCREMENT = "_auto_increment"
 
 
 def database_marker(database: str) -> str:
@@ -126,3 +131,20 @@ def jobs_root() -> str:
 def job_prefix(name: str) -> str:
     """One job's checkpoints and attachments."""
     return f"{_JOBS}/{name}"
+
+
+def auto_increment_folder(data: str, column_id: int) -> str:
+    """The claimed value ranges of a table's auto-increment column (one table-wide sequence, as in Fluss)."""
+    return f"{data}/{_AUTO_INCREMENT}/c{column_id:05d}"
+
+
+def auto_increment_range(folder: str, index: int) -> str:
+    """The claim of range `index` of an auto-increment column (created once, by the bucket that gets it)."""
+    return f"{folder}/r{index:020d}.json"
+
+
+def auto_increment_range_index(name: str) -> int | None:
+    """The range index of an object name in an auto-increment folder (None for other objects)."""
+    if name.startswith("r") and name.endswith(".json") and name[1:-5].isdigit():
+        return int(name[1:-5])
+    return None

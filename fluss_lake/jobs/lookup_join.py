@@ -4,7 +4,9 @@ The stream is a log table's changelog (read from checkpointed offsets; results a
 table, or returned by :meth:`LookupJoin.poll`) or any iterator of frames (:meth:`LookupJoin.stream`). Keys are
 looked up by the table's primary key, or by its bucket-key prefix (several rows per stream row). An optional
 :class:`LookupCache` (Fluss/Flink's ``lookup.cache = PARTIAL``) keeps recently looked-up rows, missing keys too,
-for a bounded number of keys and time.
+for a bounded number of keys and time. With insert-if-not-exists (the table option ``lookup.insert-if-not-exists``
+or the ``insert_if_not_exists`` argument, primary-key lookups only) a key the table lacks is inserted and joined:
+Fluss's way to build a dictionary table (string id -> auto-increment integer) while enriching a stream.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Literal
 
 import polars as pl
 
+from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.jobs._exactly_once import (
     begin_step,
@@ -62,6 +65,14 @@ class LookupJoin(Job):
     >>> enrich = LookupJoin(users, on={"user": "uid"}, cache=LookupCache(max_rows=1000))
     >>> enrich.enrich(pl.DataFrame({"user": [1, 2, 1], "page": ["a", "b", "c"]}))["name"].to_list()
     ['ann', None, 'ann']
+
+    A dictionary table: unseen ids are inserted and numbered by the auto-increment column, in order of appearance.
+
+    >>> _ = conn.create_table("d.uid_mapping", schema={"uid": "STRING", "uid_int32": "INT"}, primary_key=["uid"],
+    ...                       options={"auto-increment.fields": "uid_int32", "lookup.insert-if-not-exists": True})
+    >>> ids = LookupJoin(conn.get_table("d.uid_mapping"), on=["uid"])
+    >>> ids.enrich(pl.DataFrame({"uid": ["user_a", "user_b", "user_a", "user_c"]}))["uid_int32"].to_list()
+    [1, 2, 1, 3]
     """
 
     kind = "lookup_join"
@@ -80,6 +91,7 @@ class LookupJoin(Job):
         batch_rows: int = 100_000,
         start: StartFrom = "earliest",
         clock: Callable[[], float] = time.monotonic,
+        insert_if_not_exists: bool | None = None,
     ) -> None:
         if not table.is_primary_key_table:
             raise InvalidConfigError(f"{table.path} is a log table; a lookup join needs a primary-key table")
@@ -110,6 +122,16 @@ class LookupJoin(Job):
             raise InvalidConfigError(f"how={how!r}: use 'left' or 'inner'")
         if cache is not None and self.mode == "prefix":
             raise InvalidConfigError("a LookupCache works with primary-key lookups; prefix lookups are not cached")
+        if insert_if_not_exists is None:  # the table's option (Fluss: WITH clause or an OPTIONS hint)
+            insert_if_not_exists = table.info.options.get(opt.LOOKUP_INSERT_IF_NOT_EXISTS, "false") == "true"
+        if insert_if_not_exists and self.mode == "prefix":
+            raise InvalidConfigError(
+                f"insert-if-not-exists works with primary-key lookups only; join {table.path} on its primary key "
+                f"{list(pk)}, or set {opt.LOOKUP_INSERT_IF_NOT_EXISTS}=false (insert_if_not_exists=False)"
+            )
+        self.insert_if_not_exists = bool(insert_if_not_exists)
+        # made now, so a table whose rows cannot be inserted from a key alone is refused here
+        self._lookuper = table.new_lookup(insert_if_not_exists=self.insert_if_not_exists) if self.mode == "pk" else None
         if sink is not None and source is None:
             raise InvalidConfigError("a sink needs a source log table to read from")
         if sink is not None and sink.is_primary_key_table:
@@ -132,8 +154,9 @@ class LookupJoin(Job):
     def _lookup(self, keys: pl.DataFrame) -> pl.DataFrame:
         """Rows (key columns, value columns, found flag) for distinct keys, through the cache."""
         schema = self.table.schema.polars_schema
+        assert self._lookuper is not None
         if self.cache is None:
-            rows = self.table.new_lookup().lookup(keys, with_found=True)
+            rows = self._lookuper.lookup(keys, with_found=True)
             return rows.select(*self.keys, *self.columns, pl.col("_found").alias(_FOUND))
         now = self.clock()
         cached = self._cached
@@ -147,7 +170,7 @@ class LookupJoin(Job):
         missing = keys.join(hits.select(self.keys), on=list(self.keys), how="anti")
         self.hits += hits.height
         self.misses += missing.height
-        fresh = self.table.new_lookup().lookup(missing, with_found=True) if missing.height else None
+        fresh = self._lookuper.lookup(missing, with_found=True) if missing.height else None
         if fresh is not None:
             fresh = fresh.select(
                 *self.keys, *self.columns, pl.col("_found").alias(_FOUND), pl.lit(now, pl.Float64).alias(_STAMP)
@@ -174,7 +197,8 @@ class LookupJoin(Job):
         )
         left_on = [pl.col(s).cast(schema[k]) for s, k in zip(self.stream_keys, self.keys, strict=True)]
         if self.mode == "pk":
-            distinct = keys.drop_nulls().unique()
+            # inserted keys are numbered in order of appearance (a dictionary table's ids follow the stream)
+            distinct = keys.drop_nulls().unique(maintain_order=self.insert_if_not_exists)
             rows = self._lookup(distinct) if distinct.height else None
             if rows is None:
                 rows = pl.DataFrame(schema={**{c: schema[c] for c in [*self.keys, *self.columns]}, _FOUND: pl.Boolean})

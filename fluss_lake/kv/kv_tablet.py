@@ -26,6 +26,7 @@ from fluss_lake.exceptions import CommitConflictError, CorruptedDataError
 from fluss_lake.io import layout
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.keys.index_hash import index_hashes
+from fluss_lake.kv.auto_increment import AutoIncrementMerger, AutoIncrementSequence
 from fluss_lake.kv.kv_snapshot import KvSnapshots
 from fluss_lake.kv.kv_store import OFFSET_COLUMN, TS_COLUMN, KvStore
 from fluss_lake.kv.merge.row_merger import EMIT_DELETE, EMIT_INSERT, EMIT_NOTHING, EMIT_UPDATE, MergeRound, RowMerger
@@ -85,8 +86,10 @@ class KvTablet:
         kv_ttl_ms: int = 0,
         log_grace_s: float = 600.0,
         checksums_required: bool = False,
+        auto_increment: AutoIncrementSequence | None = None,
     ) -> None:
         self.store = store
+        self.auto_increment = auto_increment  # numbers inserted keys; follows the +I records committed
         self.bucket = bucket
         self.schema = schema
         self.schema_id = schema_id
@@ -198,6 +201,8 @@ class KvTablet:
 
     def _apply_changelog(self, changelog: pl.DataFrame) -> None:
         """Fold changelog rows into the state: last after-image per key wins, -D leaves a tombstone."""
+        if self.auto_increment is not None:
+            self.auto_increment.observe(changelog)
         images = changelog.filter(pl.col(CHANGE_TYPE_COLUMN) != UPDATE_BEFORE)
         if images.height == 0:
             return
@@ -258,9 +263,13 @@ class KvTablet:
             done = self.log.committed(writer_id, batch_seq)
             if done is not None:
                 return done
+            attempt = merger if self.auto_increment is None else self.auto_increment.merger(merger)
             changelog, final, order = self._merge(
-                batch, hashes, is_delete, merger, image, skip_unchanged and self.kv.ttl_ms <= 0
+                batch, hashes, is_delete, attempt, image, skip_unchanged and self.kv.ttl_ms <= 0
             )
+            if isinstance(attempt, AutoIncrementMerger):  # values increase with offsets, also across rounds
+                changelog, final_rows = attempt.in_offset_order(changelog, final[1])
+                final = (final[0], final_rows, final[2], final[3])
             commit_ts = self.log.next_commit_ts(self.clock())
             if isinstance(changelog, pl.DataFrame):
                 changelog = changelog.to_arrow()
@@ -285,6 +294,8 @@ class KvTablet:
                 compression_level=level,
             )
             if self.log.try_append(base, data, header):
+                if self.auto_increment is not None:
+                    self.auto_increment.observe(changelog)
                 final_hashes, final_rows, final_deleted, positions = final
                 self.kv.apply(final_hashes, final_rows, final_deleted, commit_ts, order=order, offsets=base + positions)
                 self.applied = header.next_offset

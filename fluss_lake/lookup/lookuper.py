@@ -1,7 +1,8 @@
 """Batched primary-key lookups and bucket-key prefix lookups against the current state.
 
 A lookup first catches up with the bucket's log (one probe for the next offset), so it sees every write
-committed before it started, from any process.
+committed before it started, from any process. A primary-key lookuper made with ``insert_if_not_exists`` inserts
+the keys it misses and returns their new rows (:mod:`fluss_lake.lookup.insert_if_not_exists`).
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from fluss_lake.keys import point_key
 from fluss_lake.keys.bucketing import buckets_of, split_by_bucket
 from fluss_lake.keys.index_hash import index_hashes, prefix_ranges
 from fluss_lake.kv.kv_store import OFFSET_COLUMN
+from fluss_lake.kv.kv_tablet import KvTablet
+from fluss_lake.lookup.insert_if_not_exists import KeyInserter, check_insertable
 from fluss_lake.metadata.conform import conform, to_frame
 from fluss_lake.metadata.descriptor import TableInfo
-from fluss_lake.metadata.partition import PartitionInfo, partition_name_of
+from fluss_lake.metadata.partition import PartitionInfo, partition_name_of, partition_names
 from fluss_lake.metadata.schema import Schema
+from fluss_lake.runtime.maintenance import maybe_maintain
 from fluss_lake.runtime.table_runtime import TableRuntime
 from fluss_lake.runtime.tablet_set import TabletSet
 
@@ -80,41 +84,67 @@ def _bucket_positions(buckets: np.ndarray) -> dict[int, np.ndarray | None]:
     return {int(ordered[start]): part for start, part in zip(np.r_[0, cuts], np.split(order, cuts), strict=True)}
 
 
-def _by_partition(runtime: TableRuntime, keys: pl.DataFrame) -> list[tuple[TabletSet | None, pl.DataFrame, np.ndarray]]:
+def _by_partition(
+    runtime: TableRuntime, keys: pl.DataFrame, *, create: bool = False
+) -> list[tuple[TabletSet | None, pl.DataFrame, np.ndarray]]:
     """Key rows grouped by partition (work per distinct partition): the partition's tablets (None if it does not
-    exist), its keys, and their positions in `keys`."""
+    exist; with `create`, missing partitions are created first, all before any key is inserted), its keys, and
+    their positions in `keys`."""
     existing = runtime.existing()
-    indexed = keys.with_columns(
-        pl.Series("__pos", np.arange(keys.height)), runtime.partition_names(keys).alias("__partition")
+    info = runtime.info
+    names = (  # values are checked before inserting creates any partition
+        partition_names(keys, info.partition_keys, runtime.merge_spec.dtypes, check=True)
+        if create
+        else runtime.partition_names(keys)
     )
+    indexed = keys.with_columns(pl.Series("__pos", np.arange(keys.height)), names.alias("__partition"))
+    parts = indexed.partition_by("__partition", as_dict=True, maintain_order=True)
+    if create:
+        missing = [str(name) for (name,) in parts if name not in existing]
+        existing.update(runtime.partition_tablets(missing, what="keys to insert"))
     groups = []
-    for (name,), part in indexed.partition_by("__partition", as_dict=True, maintain_order=True).items():
+    for (name,), part in parts.items():
         groups.append((existing.get(name), part.drop("__pos", "__partition"), part.get_column("__pos").to_numpy()))
     return groups
 
 
-def _lookup_in(tablets: TabletSet, frame: pl.DataFrame, with_found: bool, with_offsets: bool) -> pl.DataFrame:
+def _probe(
+    tablet: KvTablet,
+    keys: pl.DataFrame,
+    info: TableInfo,
+    with_offsets: bool,
+    inserter: KeyInserter | None,
+) -> tuple[np.ndarray, pl.DataFrame]:
+    """Found mask and rows of one bucket's keys, read after catching up with its log (missing keys inserted first
+    when there is an inserter)."""
+    hashes = index_hashes(keys, info.schema.primary_key, info.prefix_key)
+    with tablet.lock:
+        tablet.catch_up()
+        found, rows = tablet.kv.lookup(hashes, keys, with_offsets=with_offsets)
+        if inserter is not None and not found.all():
+            found, rows = inserter.insert(tablet, hashes, keys, found, rows, with_offsets=with_offsets)
+    return found, rows
+
+
+def _lookup_in(
+    tablets: TabletSet,
+    frame: pl.DataFrame,
+    with_found: bool,
+    with_offsets: bool,
+    inserter: KeyInserter | None = None,
+) -> pl.DataFrame:
     """Validated keys of one unpartitioned table or partition, looked up bucket by bucket, in key order."""
     info = tablets.info
-    pk = info.schema.primary_key
     if info.bucket_num == 1:  # the common single-bucket case: no split, already in key order
-        tablet = tablets.kv_tablet(0)
-        hashes = index_hashes(frame, pk, info.prefix_key)
-        with tablet.lock:
-            tablet.catch_up()
-            found, rows = tablet.kv.lookup(hashes, frame, with_offsets=with_offsets)
+        found, rows = _probe(tablets.kv_tablet(0), frame, info, with_offsets, inserter)
         out = _with_keys(rows, frame, found if with_found else None)
         return _with_offsets(out, 0) if with_offsets else out
     n = frame.height
     results: list[pl.DataFrame] = []
     positions: list[np.ndarray] = []
     for bucket, where in _bucket_positions(buckets_of(info, frame)).items():
-        tablet = tablets.kv_tablet(bucket)
         keys_part = frame if where is None else frame[where]
-        hashes = index_hashes(keys_part, pk, info.prefix_key)
-        with tablet.lock:
-            tablet.catch_up()
-            found, rows = tablet.kv.lookup(hashes, keys_part, with_offsets=with_offsets)
+        found, rows = _probe(tablets.kv_tablet(bucket), keys_part, info, with_offsets, inserter)
         part = _with_keys(rows, keys_part, found)
         results.append(_with_offsets(part, bucket) if with_offsets else part)
         positions.append(np.arange(n) if where is None else where)
@@ -143,13 +173,27 @@ class Lookuper:
     >>> _ = users.upsert([{"id": i, "name": f"u{i}"} for i in range(10)])
     >>> users.new_lookup().lookup([{"id": 7}, {"id": 42}, {"id": 1}])["name"].to_list()
     ['u7', None, 'u1']
+
+    With ``insert_if_not_exists=True`` a missing key is inserted (other columns null, the auto-increment column
+    numbered) and its new row returned: a dictionary table from string ids to dense integers.
+
+    >>> _ = conn.create_table("d.ids", schema={"name": "STRING", "uid": "INT"}, primary_key=["name"],
+    ...                       options={"auto-increment.fields": "uid"})
+    >>> ids = conn.get_table("d.ids").new_lookup(insert_if_not_exists=True)
+    >>> ids.lookup([{"name": "ann"}, {"name": "bob"}, {"name": "ann"}])["uid"].to_list()
+    [1, 2, 1]
     """
 
-    def __init__(self, runtime: TableRuntime, partition: PartitionInfo | None = None) -> None:
+    def __init__(
+        self, runtime: TableRuntime, partition: PartitionInfo | None = None, *, insert_if_not_exists: bool = False
+    ) -> None:
         if not runtime.info.is_primary_key_table:
             raise UnsupportedOperationError(f"{runtime.info.path} is a log table; lookups need a primary key")
+        if insert_if_not_exists:
+            check_insertable(runtime.info)  # refused now, not at the first miss
         self.runtime = runtime
         self.partition = partition
+        self.insert_if_not_exists = insert_if_not_exists
         self._partitioned = partition is None and runtime.is_partitioned
         self._plan: _PointPlan | None = None
 
@@ -160,19 +204,29 @@ class Lookuper:
         `with_offsets`, ``_bucket`` and ``_offset`` columns (last) give each row's bucket and the changelog offset
         of its last change (null where the key is absent, or for rows stored before offsets were kept): a row
         whose offset a changelog reader has not reached yet is a change that reader will still see.
+
+        A lookuper made with ``insert_if_not_exists`` first inserts every absent key (creating missing partitions
+        as writes do), so every row is found.
         """
         runtime = self.runtime
         frame = _key_frame(runtime.schema, keys, runtime.schema.primary_key)
+        inserter = KeyInserter(runtime) if self.insert_if_not_exists else None
         if self._partitioned:
-            return self._lookup_partitioned(frame, with_found, with_offsets)
-        return _lookup_in(runtime.tablets(self.partition), frame, with_found, with_offsets)
+            out = self._lookup_partitioned(frame, with_found, with_offsets, inserter)
+        else:
+            out = _lookup_in(runtime.tablets(self.partition), frame, with_found, with_offsets, inserter)
+        if inserter is not None and inserter.inserted:
+            maybe_maintain(runtime)
+        return out
 
-    def _lookup_partitioned(self, frame: pl.DataFrame, with_found: bool, with_offsets: bool) -> pl.DataFrame:
+    def _lookup_partitioned(
+        self, frame: pl.DataFrame, with_found: bool, with_offsets: bool, inserter: KeyInserter | None
+    ) -> pl.DataFrame:
         """Keys of a partitioned table: each partition's keys looked up in that partition, then put back in order."""
         schema = self.runtime.schema
         results, positions = [], []
         system = _OFFSET_SCHEMA if with_offsets else {}
-        for tablets, keys, pos in _by_partition(self.runtime, frame):
+        for tablets, keys, pos in _by_partition(self.runtime, frame, create=inserter is not None):
             if tablets is None:  # the partition does not exist: no key of it is present
                 rows = keys.with_columns(
                     [pl.lit(None, dtype=dt).alias(c) for c, dt in schema.polars_schema.items() if c not in keys.columns]
@@ -181,7 +235,7 @@ class Lookuper:
                     pl.lit(False).alias("_found"), *[pl.lit(None, dtype=dt).alias(c) for c, dt in system.items()]
                 )
             else:
-                rows = _lookup_in(tablets, keys, True, with_offsets)
+                rows = _lookup_in(tablets, keys, True, with_offsets, inserter)
             results.append(rows)
             positions.append(pos)
         if not results:
@@ -202,6 +256,13 @@ class Lookuper:
         >>> users.new_lookup().lookup_one({"id": 1}), users.new_lookup().lookup_one({"id": 2})
         ({'id': 1, 'name': 'ann'}, None)
         """
+        row = self._lookup_one(key)
+        if row is None and self.insert_if_not_exists:  # a miss writes: the batch path inserts and reads it back
+            return self.lookup([key]).row(0, named=True)
+        return row
+
+    def _lookup_one(self, key: Any) -> dict | None:
+        """:meth:`lookup_one` without inserting."""
         runtime = self.runtime
         plan = self._plan
         if plan is None or plan.info is not runtime.info:  # per-table facts, recomputed after a schema change

@@ -125,11 +125,7 @@ class TableDescriptor:
         level = options.get(opt.LOG_ZSTD_LEVEL)
         if level is not None and not (level.isdigit() and 1 <= int(level) <= 22):
             raise InvalidConfigError(f"{opt.LOG_ZSTD_LEVEL}={level!r} must be an integer from 1 to 22")
-        lake_format = options.get(opt.DATALAKE_FORMAT)
-        if lake_format not in (None, "iceberg", "lance"):
-            raise InvalidConfigError(
-                f"{opt.DATALAKE_FORMAT}={lake_format!r} is not supported; use 'iceberg' or leave it unset"
-            )
+        lake_format = options.get(opt.DATALAKE_FORMAT)  # only 'iceberg' passes normalize_options
         if lake_format == "iceberg" and len(bucket_keys) > 1:
             raise InvalidConfigError(
                 f"an Iceberg-format table buckets by exactly one column; set {opt.BUCKET_KEY} "
@@ -143,11 +139,69 @@ class TableDescriptor:
                 raise InvalidConfigError(
                     "table.kv.ttl must be a positive duration such as '7 d'; leave it unset to keep rows forever"
                 )
+        for problem in _misplaced_options(options, bool(pk), bucket_keys).values():
+            raise InvalidConfigError(problem)
+        schema = self._auto_increment_schema(options)
         options = self._validate_pk_options(options) if pk else self._validate_log_options(options)
         options[opt.BUCKET_NUM] = str(bucket_num)
         if bucket_keys:
             options[opt.BUCKET_KEY] = ",".join(bucket_keys)
-        return dataclasses.replace(self, bucket_num=bucket_num, bucket_keys=bucket_keys, options=options)
+        return dataclasses.replace(self, schema=schema, bucket_num=bucket_num, bucket_keys=bucket_keys, options=options)
+
+    def _auto_increment_schema(self, options: dict[str, str]) -> Schema:
+        """The schema with its auto-increment column (Fluss's ``Schema.normalizeColumns`` rules), which
+        ``auto-increment.fields`` names (the option is written in when only the schema names it).
+
+        One INT or BIGINT column of a primary-key table, outside the primary key; its values are assigned, so the
+        versioned engine may not compare them and the aggregation engine may not aggregate them.
+        """
+        schema = self.schema
+        named, declared = opt.auto_increment_columns(options), schema.auto_increment_columns
+        if not named and not declared:
+            if opt.AUTO_INCREMENT_CACHE_SIZE in options:
+                raise InvalidConfigError(
+                    f"{opt.AUTO_INCREMENT_CACHE_SIZE} sizes the value ranges of an auto-increment column; name the "
+                    f"column with {opt.AUTO_INCREMENT_FIELDS} or drop the option"
+                )
+            return schema
+        if named and declared and named != declared:
+            raise InvalidConfigError(
+                f"{opt.AUTO_INCREMENT_FIELDS}={options[opt.AUTO_INCREMENT_FIELDS]!r} disagrees with the schema's "
+                f"auto-increment column {list(declared)}; name it once"
+            )
+        columns = named or declared
+        where = f"{opt.AUTO_INCREMENT_FIELDS}={','.join(columns)!r}"
+        if not schema.primary_key:
+            raise InvalidConfigError(
+                f"{where}: an auto-increment column can only be used in a primary-key table; declare a primary key "
+                "or drop the option"
+            )
+        if len(columns) != 1 or not columns[0]:
+            raise InvalidConfigError(f"{where}: a table can have only one auto-increment column; name one")
+        name = columns[0]
+        if name not in schema.names:
+            raise InvalidConfigError(f"{where}: column {name!r} does not exist; columns are {list(schema.names)}")
+        if name in schema.primary_key:
+            raise InvalidConfigError(
+                f"{where}: the auto-increment column cannot be part of the primary key {list(schema.primary_key)}; "
+                "use another column (e.g. key by the raw id and let the column number it)"
+            )
+        if not isinstance(schema.column(name).dtype, pl.Int32 | pl.Int64):
+            raise InvalidConfigError(
+                f"{where}: the auto-increment column must be INT or BIGINT, not {schema.column(name).type_name}"
+            )
+        if options.get(opt.VERSIONED_VER_COLUMN) == name:
+            raise InvalidConfigError(
+                f"{where}: the auto-increment column cannot be the version column of the versioned merge engine "
+                "(its values are assigned, not written); choose another version column"
+            )
+        if name in opt.field_options(options):
+            raise InvalidConfigError(
+                f"{where}: the auto-increment column keeps the value assigned on insert and cannot be aggregated; "
+                f"drop the 'fields.{name}.*' options"
+            )
+        options[opt.AUTO_INCREMENT_FIELDS] = name
+        return dataclasses.replace(schema, auto_increment_columns=(name,))
 
     def _validate_partitioning(self, options: dict[str, str], bucket_keys: tuple[str, ...]) -> None:
         """Fluss's partition rules (``TableDescriptorValidation.checkPartition``) and the auto-partition options."""
@@ -205,6 +259,22 @@ class TableDescriptor:
         return options
 
 
+def _misplaced_options(options: Mapping[str, str], primary_key: bool, bucket_keys: tuple[str, ...]) -> dict[str, str]:
+    """Options that have no effect on this kind of table (so they are refused rather than ignored)."""
+    found = {}
+    if opt.NO_KEY_ASSIGNER in options and bucket_keys:
+        found[opt.NO_KEY_ASSIGNER] = (
+            f"{opt.NO_KEY_ASSIGNER} picks buckets for tables without a bucket key; this table buckets rows by "
+            f"{list(bucket_keys)}, drop the option"
+        )
+    if opt.LOOKUP_INSERT_IF_NOT_EXISTS in options and not primary_key:
+        found[opt.LOOKUP_INSERT_IF_NOT_EXISTS] = (
+            f"{opt.LOOKUP_INSERT_IF_NOT_EXISTS} inserts the keys a lookup misses; a log table has no lookups, "
+            "declare a primary key or drop the option"
+        )
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class TableInfo:
     """A created table as the store keeps it: id, path, validated descriptor and timestamps."""
@@ -257,6 +327,45 @@ class TableInfo:
         lookups work), else ``()``."""
         pk, bk = self.descriptor.physical_primary_key(), self.bucket_keys
         return bk if pk and len(bk) < len(pk) and tuple(pk[: len(bk)]) == bk else ()
+
+    @property
+    def auto_increment_column(self) -> str | None:
+        """The column filled with the next auto-increment value when a key is inserted, or None."""
+        columns = self.schema.auto_increment_columns
+        return columns[0] if columns else None
+
+    @property
+    def auto_increment_cache_size(self) -> int:
+        """How many auto-increment values a bucket takes at a time (``table.auto-increment.cache-size``)."""
+        return int(self.options.get(opt.AUTO_INCREMENT_CACHE_SIZE, opt.DEFAULT_AUTO_INCREMENT_CACHE_SIZE))
+
+    def ignored_options(self) -> dict[str, str]:
+        """Options this table holds that fluss-lake ignores, with why: a table created by an earlier version may
+        hold a Fluss option (or value) that is refused today; it still opens and the option has no effect.
+
+        Examples
+        --------
+        >>> info = TableInfo.from_json({**TableInfo.new(TablePath("d", "t"), TableDescriptor(
+        ...     Schema.of({"id": "INT"}, primary_key=["id"])).validated()).to_json(),
+        ...     "options": {"bucket.num": "1", "table.replication.factor": "3"}})
+        >>> list(info.ignored_options())
+        ['table.replication.factor']
+        """
+        found = {}
+        for key, value in self.options.items():
+            problem = opt.option_problem(key, value)
+            if problem is not None:
+                found[key] = problem
+        for key, problem in _misplaced_options(self.options, self.is_primary_key_table, self.bucket_keys).items():
+            found[key] = problem
+        if not self.schema.auto_increment_columns:
+            for key in (opt.AUTO_INCREMENT_FIELDS, opt.AUTO_INCREMENT_CACHE_SIZE):
+                if key in self.options:
+                    found[key] = (
+                        f"{key!r} was stored as a plain property when this table was created (fluss-lake did not "
+                        "implement auto-increment columns then); re-create the table to get one"
+                    )
+        return found
 
     @property
     def log_compression(self) -> tuple[str | None, int | None]:

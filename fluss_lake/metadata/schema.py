@@ -63,7 +63,9 @@ def _check_column_name(name: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Schema:
-    """An ordered list of columns and the primary key (empty for log tables).
+    """An ordered list of columns, the primary key (empty for log tables) and the auto-increment column, if any
+    (Fluss's ``Schema.getAutoIncrementColumnNames``; set from the ``auto-increment.fields`` option when a table is
+    created, never added later).
 
     Examples
     --------
@@ -76,6 +78,7 @@ class Schema:
     primary_key: tuple[str, ...] = ()
     schema_id: int = 0
     highest_column_id: int = field(default=-1, compare=False)
+    auto_increment_columns: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -149,11 +152,17 @@ class Schema:
         if name in self.names:
             raise InvalidAlterError(f"column {name!r} exists already; choose another name")
         column = Column(name, to_polars_dtype(dtype), True, self.highest_column_id + 1, comment)
-        return Schema((*self.columns, column), self.primary_key, self.schema_id + 1, column.column_id)
+        return Schema(
+            (*self.columns, column),
+            self.primary_key,
+            self.schema_id + 1,
+            column.column_id,
+            self.auto_increment_columns,
+        )
 
     def to_json(self) -> dict:
         """Serializable form; types travel as Arrow IPC schema bytes (a stable format) plus readable names."""
-        return {
+        data: dict = {
             "schema_id": self.schema_id,
             "primary_key": list(self.primary_key),
             "highest_column_id": self.highest_column_id,
@@ -163,6 +172,9 @@ class Schema:
             ],
             "arrow": base64.b64encode(self.arrow_schema.serialize().to_pybytes()).decode(),
         }
+        if self.auto_increment_columns:  # absent otherwise: a schema without one is stored as before
+            data["auto_increment_columns"] = list(self.auto_increment_columns)
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping) -> Schema:
@@ -172,4 +184,10 @@ class Schema:
         cols = tuple(
             Column(c["name"], dtypes[c["name"]], c["nullable"], c["id"], c.get("comment")) for c in data["columns"]
         )
-        return cls(cols, tuple(data["primary_key"]), data["schema_id"], data["highest_column_id"])
+        return cls(
+            cols,
+            tuple(data["primary_key"]),
+            data["schema_id"],
+            data["highest_column_id"],
+            tuple(data.get("auto_increment_columns", ())),
+        )

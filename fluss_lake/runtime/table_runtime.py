@@ -11,18 +11,19 @@ from __future__ import annotations
 import random
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from fluss_lake.exceptions import PartitionNotExistError, UnsupportedOperationError
+from fluss_lake.exceptions import InvalidPartitionError, PartitionNotExistError, UnsupportedOperationError
 from fluss_lake.keys.bucketing import buckets_of
 from fluss_lake.kv.merge import MergeSpec
+from fluss_lake.metadata.auto_partition import AutoPartitionStrategy
 from fluss_lake.metadata.descriptor import TableInfo
-from fluss_lake.metadata.partition import PartitionInfo, partition_names
+from fluss_lake.metadata.partition import PartitionInfo, partition_names, spec_of
 from fluss_lake.metadata.schema import Schema
 from fluss_lake.runtime.context import RuntimeContext
 from fluss_lake.runtime.tablet_set import TabletSet
@@ -152,6 +153,45 @@ class TableRuntime:
             raise
         self.context.catalog.drop_partition(self.info, partition)
         self.forget(partition.name)
+
+    def partition_tablets(self, names: Sequence[str], *, what: str = "rows") -> dict[str, TabletSet]:
+        """The tablets of the named partitions, creating the missing ones (Fluss's dynamic partition creation)
+        only after every check passed, so a refused call creates none. `what` names the caller's data in errors
+        ("rows for partition(s) ... are past the retention")."""
+        info = self.info
+        handles: dict[str, TabletSet] = {}
+        missing: list[str] = []
+        for name in names:
+            cached = self.cached_tablets(name)
+            if cached is not None:
+                handles[name] = cached
+                continue
+            try:
+                handles[name] = self.tablets(self.get_partition(name))
+            except PartitionNotExistError:
+                missing.append(name)
+        if missing:
+            context = self.context
+            if not context.dynamic_partition_creation:
+                raise PartitionNotExistError(
+                    f"partition(s) {missing} of {info.path} do not exist and dynamic partition "
+                    "creation is off; create_partition() them first (nothing was written)"
+                )
+            strategy = AutoPartitionStrategy.from_options(info.options, info.partition_keys, self.merge_spec.dtypes)
+            now = context.clock()
+            if strategy is not None and strategy.enabled:
+                expired = [
+                    n for n in missing if strategy.is_expired(spec_of(info.partition_keys, n)[strategy.key], now)
+                ]
+                if expired:
+                    raise InvalidPartitionError(
+                        f"{what} for partition(s) {expired} of {info.path} are past the "
+                        f"auto-partition retention (values below {strategy.cutoff(now)!r} are "
+                        "dropped); nothing was written"
+                    )
+            for name in missing:
+                handles[name] = self.tablets(self.create_partition(name, ignore_if_exists=True))
+        return handles
 
     def existing(self) -> dict[str, TabletSet]:
         """The tablets of every partition that exists now (one listing), by name."""

@@ -14,6 +14,7 @@ from fluss_lake import options as opt
 from fluss_lake.catalog import data_prefix
 from fluss_lake.exceptions import UnsupportedOperationError
 from fluss_lake.io import layout
+from fluss_lake.kv.auto_increment import AutoIncrementSequence
 from fluss_lake.kv.kv_tablet import KvTablet
 from fluss_lake.log.log_tablet import LogTablet
 from fluss_lake.metadata.descriptor import TableInfo
@@ -134,6 +135,26 @@ class TabletSet:
             kv_ttl_ms=opt.parse_duration_ms(opt.KV_TTL, info.options.get(opt.KV_TTL, "0ms")),
             log_grace_s=context.grace_ms(info) / 1000,
             checksums_required=info.checksums,
+            auto_increment=self._auto_increment(bucket),
+        )
+
+    def _auto_increment(self, bucket: int) -> AutoIncrementSequence | None:
+        """The bucket's view of the table's auto-increment sequence (one per table, shared by its partitions)."""
+        info = self.info
+        column = info.auto_increment_column
+        if column is None:
+            return None
+        spec = info.schema.column(column)
+        return AutoIncrementSequence(
+            store=self.context.store,
+            folder=layout.auto_increment_folder(data_prefix(info), spec.column_id),
+            column=column,
+            dtype=spec.dtype,
+            cache_size=info.auto_increment_cache_size,
+            bucket=bucket,
+            partition_id=self.partition.partition_id if self.partition is not None else None,
+            writer_id=self.writer_id,
+            clock=self.context.clock,
         )
 
     def end_offsets(self) -> dict[int, int]:

@@ -132,6 +132,20 @@ def verify_table(runtime: TableRuntime, *, repair: bool = False) -> IntegrityRep
                 except CorruptedDataError as exc:
                     damage.append(_damage(exc, name[: -len(".json")], None, "metadata"))
         partitions = list(runtime.list_partitions())
+    column = info.auto_increment_column
+    if column is not None:  # the claimed auto-increment ranges
+        folder = layout.auto_increment_folder(data_prefix(info), info.schema.column(column).column_id)
+        for name in store.list(folder):
+            key = f"{folder}/{name}"
+            checked += 1
+            try:
+                body = store.get(key)
+                unverified += not body.startswith(b'{"_crc32c"')
+                loads_json(body, key=key, what="auto-increment range claim")
+            except FileNotFoundError:
+                continue
+            except CorruptedDataError as exc:
+                damage.append(_damage(exc, None, None, "metadata"))
     for partition in partitions:
         tablets = runtime.tablets(partition)
         found = _verify_tablets(tablets, repair=repair)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from fluss_lake.exceptions import InvalidPartitionError, PartitionNotExistError
-from fluss_lake.metadata.auto_partition import AutoPartitionStrategy
-from fluss_lake.metadata.partition import partition_names, spec_of
+from fluss_lake.exceptions import InvalidPartitionError
+from fluss_lake.metadata.partition import partition_names
 from fluss_lake.runtime.table_runtime import TableRuntime
 from fluss_lake.runtime.tablet_set import TabletSet
 
@@ -31,35 +30,6 @@ def route_partitions(runtime: TableRuntime, frame: pl.DataFrame) -> tuple[pl.Dat
         partition_names(frame, keys, runtime.merge_spec.dtypes, check=True).alias(PARTITION_COLUMN)
     )
     groups = named.partition_by(PARTITION_COLUMN, as_dict=True, maintain_order=True)
-    handles: dict[str, TabletSet] = {}
-    missing: list[str] = []
-    for (name,) in groups:
-        cached = runtime.cached_tablets(name)
-        if cached is not None:
-            handles[name] = cached
-            continue
-        try:
-            handles[name] = runtime.tablets(runtime.get_partition(name))
-        except PartitionNotExistError:
-            missing.append(name)
-    if missing:
-        context = runtime.context
-        if not context.dynamic_partition_creation:
-            raise PartitionNotExistError(
-                f"partition(s) {missing} of {info.path} do not exist and dynamic partition "
-                "creation is off; create_partition() them first (nothing was written)"
-            )
-        strategy = AutoPartitionStrategy.from_options(info.options, info.partition_keys, runtime.merge_spec.dtypes)
-        now = context.clock()
-        if strategy is not None and strategy.enabled:
-            expired = [n for n in missing if strategy.is_expired(spec_of(keys, n)[strategy.key], now)]
-            if expired:
-                raise InvalidPartitionError(
-                    f"rows for partition(s) {expired} of {info.path} are past the "
-                    f"auto-partition retention (values below {strategy.cutoff(now)!r} are "
-                    "dropped); nothing was written"
-                )
-        for name in missing:
-            handles[name] = runtime.tablets(runtime.create_partition(name, ignore_if_exists=True))
+    handles = runtime.partition_tablets([name for (name,) in groups])
     parts = list(groups.values())
     return (pl.concat(parts, how="vertical") if len(parts) > 1 else parts[0]), handles

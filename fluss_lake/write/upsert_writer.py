@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,7 +10,12 @@ import numpy as np
 import polars as pl
 
 from fluss_lake import options as opt
-from fluss_lake.exceptions import DeletionDisabledError, UnsupportedOperationError
+from fluss_lake.exceptions import (
+    DeletionDisabledError,
+    InvalidPartialUpdateError,
+    SchemaMismatchError,
+    UnsupportedOperationError,
+)
 from fluss_lake.kv.kv_tablet import ChangeImage
 from fluss_lake.kv.merge import MergeMode, create_row_merger
 from fluss_lake.log.log_batch import BatchHeader
@@ -41,6 +47,16 @@ class UpsertWriter(BatchingWriter):
     >>> _ = t.upsert([{"id": 1, "visits": 3}], target_columns=["id", "visits"])
     >>> t.to_polars().to_dicts()
     [{'id': 1, 'email': 'a@x', 'visits': 3}]
+
+    On a table with an auto-increment column (``auto-increment.fields``) rows leave that column out (or null):
+    a new key gets the next value, an existing key keeps its value.
+
+    >>> _ = conn.create_table("crm.ids", schema={"email": "STRING", "uid": "BIGINT"}, primary_key=["email"],
+    ...                       options={"auto-increment.fields": "uid"})
+    >>> ids = conn.get_table("crm.ids")
+    >>> _ = ids.upsert([{"email": "a@x"}, {"email": "b@x"}]); _ = ids.upsert([{"email": "a@x"}])
+    >>> ids.to_polars().sort("uid").to_dicts()
+    [{'email': 'a@x', 'uid': 1}, {'email': 'b@x', 'uid': 2}]
     """
 
     def __init__(
@@ -61,18 +77,42 @@ class UpsertWriter(BatchingWriter):
         super().__init__(runtime, partition, buffer_rows=buffer_rows)
         spec = runtime.merge_spec
         self.target_columns = tuple(target_columns) if target_columns is not None else None
+        self.auto_increment = auto = runtime.info.auto_increment_column
+        if auto is not None:
+            if self.target_columns is not None and auto in self.target_columns:
+                raise InvalidPartialUpdateError(
+                    f"explicitly specifying values for the auto-increment column {auto!r} is not allowed; leave it "
+                    "out of target_columns (a new key gets the next value, an existing key keeps its own)"
+                )
+            # Its values are assigned, never written: a partial update need not fill it (Fluss checks the
+            # nullability of every other non-key column only).
+            spec = dataclasses.replace(spec, nullable={**spec.nullable, auto: True})
         self.merger = create_row_merger(spec, target_columns=self.target_columns, merge_mode=merge_mode)
         self.merge_mode = merge_mode
         self.skip_unchanged = skip_unchanged
         partial = self.target_columns is not None and set(self.target_columns) != set(spec.columns)
         self.partial = partial
         wal = runtime.info.options.get(opt.CHANGELOG_IMAGE, "full") == "wal"
-        self.image = ChangeImage(wal=wal, inserts_as_updates=wal and spec.merge_engine is None and not partial)
+        # Fluss skips reading the old row (and writes inserts as +U) only for full-row writes of the default engine
+        # on tables without an auto-increment column, whose inserts need their value.
+        self.image = ChangeImage(
+            wal=wal, inserts_as_updates=wal and spec.merge_engine is None and not partial and auto is None
+        )
 
     def upsert(self, data: Any) -> None:
         """Validate and buffer upserts (raises before buffering anything if they do not fit)."""
         schema = self.runtime.schema
         frame = to_frame(data, schema)
+        auto = self.auto_increment
+        if auto is not None and auto in frame.columns:
+            given = frame.height - frame.get_column(auto).null_count()
+            if given:
+                raise SchemaMismatchError(
+                    f"{given} row(s) give a value for the auto-increment column {auto!r}; explicitly specifying "
+                    "values for it is not allowed: drop the column (new keys get the next value, existing keys "
+                    "keep theirs)"
+                )
+            frame = frame.drop(auto)
         if self.partial:
             assert self.target_columns is not None
             frame = frame.select(
@@ -81,13 +121,15 @@ class UpsertWriter(BatchingWriter):
             )
             required: Sequence[str] = self.target_columns
         else:
-            required = schema.names
+            required = [c for c in schema.names if c != auto]
         frame = conform(
             frame,
             schema,
             required=required,
             key_columns=schema.primary_key,
-            not_null_checked=[] if self.partial else [c.name for c in schema.columns if not c.nullable],
+            not_null_checked=[]
+            if self.partial
+            else [c.name for c in schema.columns if not c.nullable and c.name != auto],
         )
         if frame.height:
             self._buffer_frame(frame.with_columns(pl.lit(False).alias(_OP)))

@@ -132,3 +132,103 @@ def test_bad_lookup_joins_are_rejected(lake) -> None:
     with pytest.raises(fl.InvalidConfigError, match="no source table"):
         LookupJoin(users, on={"user": "uid"}).run_once()
     assert lake.store.list(".jobs") == []
+
+
+# ---------------------------------------------------------------------------------------------- insert-if-not-exists
+ODS_EVENTS = pl.DataFrame({
+    "country": ["CN", "CN", "US", "JP"], "prov": ["Beijing", "Shanghai", "California", "Tokyo"],
+    "city": ["Haidian", "Pudong", "LA", "Shibuya"], "ymd": ["2025-01-01", "2025-01-02", "2025-01-03", "2025-01-04"],
+    "uid": ["user_a", "user_b", "user_a", "user_c"]})
+
+
+@pytest.fixture
+def dictionary(tmp_path) -> fl.Connection:
+    """Fluss's example (engine-flink/lookups.md, "Insert If Not Exists"): uid_mapping(uid VARCHAR NOT NULL,
+    uid_int32 INT, PRIMARY KEY (uid)) WITH ('auto-increment.fields' = 'uid_int32', 'bucket.num' = '1')."""
+    conn = fl.connect(str(tmp_path / "lake"))
+    conn.create_database("d")
+    conn.create_table("d.uid_mapping", schema={"uid": "STRING", "uid_int32": "INT"}, primary_key=["uid"],
+                      options={"auto-increment.fields": "uid_int32", "bucket.num": "1"})
+    return conn
+
+
+@pytest.mark.parametrize("how", ["table option", "argument"])
+def test_lookup_join_inserts_missing_keys_as_flusss_example(dictionary, how) -> None:
+    mapping = dictionary.get_table("d.uid_mapping")
+    if how == "table option":  # Fluss: the OPTIONS('lookup.insert-if-not-exists' = 'true') hint or WITH clause
+        dictionary.alter_table("d.uid_mapping", set_options={"lookup.insert-if-not-exists": "true"})
+        job = LookupJoin(dictionary.get_table("d.uid_mapping"), on=["uid"], how="inner")
+    else:
+        job = LookupJoin(mapping, on=["uid"], how="inner", insert_if_not_exists=True)
+    assert job.insert_if_not_exists
+    got = job.enrich(ODS_EVENTS)
+    assert got.select("ymd", "uid", "uid_int32").rows() == [
+        ("2025-01-01", "user_a", 1), ("2025-01-02", "user_b", 2), ("2025-01-03", "user_a", 1),
+        ("2025-01-04", "user_c", 3)]
+    assert mapping.to_polars().sort("uid").rows() == [("user_a", 1), ("user_b", 2), ("user_c", 3)]
+    again = job.enrich(pl.DataFrame({"uid": ["user_c", "user_d", None]})).get_column("uid_int32").to_list()
+    assert again == [3, 4]  # inner join: the null key matches nothing and is never inserted
+    assert mapping.to_polars().height == 4
+
+
+def test_lookup_join_does_not_insert_by_default_or_when_told_not_to(dictionary) -> None:
+    mapping = dictionary.get_table("d.uid_mapping")
+    assert LookupJoin(mapping, on=["uid"]).enrich(ODS_EVENTS).get_column("uid_int32").null_count() == 4
+    dictionary.alter_table("d.uid_mapping", set_options={"lookup.insert-if-not-exists": "true"})
+    job = LookupJoin(dictionary.get_table("d.uid_mapping"), on=["uid"], insert_if_not_exists=False)
+    assert job.enrich(ODS_EVENTS).get_column("uid_int32").null_count() == 4
+    assert mapping.to_polars().height == 0
+
+
+def test_lookup_join_insert_with_a_cache_and_a_log_sink(dictionary) -> None:
+    dictionary.create_table("d.events", schema={"uid": "STRING", "ymd": "STRING"})
+    dictionary.create_table("d.numbered", schema={"uid": "STRING", "ymd": "STRING", "uid_int32": "INT"})
+    events, sink = dictionary.get_table("d.events"), dictionary.get_table("d.numbered")
+    mapping = dictionary.get_table("d.uid_mapping")
+    job = LookupJoin(mapping, on=["uid"], source=events, sink=sink, name="number", cache=LookupCache(max_rows=2),
+                     insert_if_not_exists=True)
+    events.append(ODS_EVENTS.select("uid", "ymd"))
+    job.run_once()
+    events.append([{"uid": "user_b", "ymd": "2025-01-05"}, {"uid": "user_e", "ymd": "2025-01-05"}])
+    job.run_once()
+    got = sink.scan_log().select("ymd", "uid", "uid_int32").sort("ymd", "uid").rows()
+    assert got == [("2025-01-01", "user_a", 1), ("2025-01-02", "user_b", 2), ("2025-01-03", "user_a", 1),
+                   ("2025-01-04", "user_c", 3), ("2025-01-05", "user_b", 2), ("2025-01-05", "user_e", 4)]
+
+
+def test_lookup_join_insert_refusals(dictionary, tmp_path) -> None:
+    conn = dictionary
+    conn.create_table("d.orders", schema={"cid": "INT", "oid": "INT", "amount": "INT"}, primary_key=["cid", "oid"],
+                      bucket_keys=["cid"], options={"lookup.insert-if-not-exists": "true"})
+    with pytest.raises(fl.InvalidConfigError, match="primary-key lookups only.*insert_if_not_exists=False"):
+        LookupJoin(conn.get_table("d.orders"), on={"customer": "cid"})
+    assert LookupJoin(conn.get_table("d.orders"), on={"customer": "cid"}, insert_if_not_exists=False).mode == "prefix"
+    conn.create_table("d.strict", descriptor=fl.TableDescriptor(fl.Schema.of(
+        {"uid": "STRING", "label": "STRING"}, primary_key=["uid"], not_null=["label"])))
+    with pytest.raises(fl.InvalidConfigError, match=r"NOT NULL columns \['label'\]"):
+        LookupJoin(conn.get_table("d.strict"), on=["uid"], insert_if_not_exists=True)
+    assert conn.get_table("d.strict").to_polars().height == 0
+
+
+def test_dictionary_table_and_rbm32_count_distinct(dictionary) -> None:
+    """Fluss's pattern (pk-table.md "Auto-Increment Column", aggregation.md rbm32): map string ids to dense INT
+    ids with a dictionary table filled by the lookup join, then keep a RoaringBitmap of the ids per day with the
+    rbm32 aggregation; the bitmap's cardinality is the day's count of distinct users."""
+    from pyroaring import BitMap
+
+    conn = dictionary
+    conn.create_table("d.daily_uv", schema={"ymd": "STRING", "uv_bitmap": "BYTES"}, primary_key=["ymd"],
+                      options={"table.merge-engine": "aggregation", "fields.uv_bitmap.agg": "rbm32"})
+    mapping, uv = conn.get_table("d.uid_mapping"), conn.get_table("d.daily_uv")
+    number = LookupJoin(mapping, on=["uid"], how="inner", insert_if_not_exists=True)
+    batches = [pl.DataFrame({"ymd": [f"2025-01-0{1 + (i * 7 + b) % 3}" for i in range(50)],
+                             "uid": [f"user_{(i * 13 + b * 5) % 37}" for i in range(50)]}) for b in range(4)]
+    for batch in batches:
+        ids = number.enrich(batch)
+        per_day = ids.group_by("ymd").agg(pl.col("uid_int32"))
+        uv.upsert([{"ymd": day, "uv_bitmap": BitMap(values).serialize()} for day, values in per_day.iter_rows()])
+    counts = {day: len(BitMap.deserialize(bitmap)) for day, bitmap in uv.to_polars().iter_rows()}
+    want = pl.concat(batches).group_by("ymd").agg(pl.col("uid").n_unique())
+    assert counts == dict(want.iter_rows())
+    ids = mapping.to_polars().get_column("uid_int32")
+    assert sorted(ids.to_list()) == list(range(1, 38))  # dense: one range, 37 distinct users

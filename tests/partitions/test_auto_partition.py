@@ -132,20 +132,24 @@ def test_retention_can_be_altered_and_auto_partitioning_switched_off(tmp_path) -
     assert [p.name for p in table.list_partitions()] == ["19990101"]
 
 
-def test_log_ttl_local_ttl_and_partition_retention_are_separate_knobs(tmp_path) -> None:
+def test_log_ttl_and_partition_retention_are_separate_knobs(tmp_path) -> None:
     """``table.log.ttl`` trims old log batches inside partitions (never partitions, never state);
-    partition retention drops whole partitions; ``table.log.local-ttl`` only concerns Fluss's local copy of a log
-    already tiered to remote storage, which this store does not have (every batch lives in the store): no effect."""
+    partition retention drops whole partitions. ``table.log.local-ttl`` only concerns Fluss's local copy of a log
+    already tiered to remote storage, which this store does not have (every batch lives in the store): refused."""
     clock = Clock("2024-11-10T00:00:00")
     table = _table(tmp_path, clock, num_retention=2, num_precreate=0, schema={"dt": "STRING", "id": "INT", "v": "INT"},
                    primary_key=("dt", "id"))
     conn = table.connection
-    conn.alter_table("d.t", set_options={"table.log.ttl": "1 h", "table.log.local-ttl": "1 ms"})
+    before = conn.get_table_info("d.t")
+    with pytest.raises(fl.InvalidConfigError, match="table.log.local-ttl.*not support.*remove it"):
+        conn.alter_table("d.t", set_options={"table.log.ttl": "1 h", "table.log.local-ttl": "1 ms"})
+    assert conn.get_table_info("d.t") == before
+    conn.alter_table("d.t", set_options={"table.log.ttl": "1 h"})
     table = conn.get_table("d.t")
     table.upsert([{"dt": "20241110", "id": 1, "v": 1}])
     clock.now = _ms("2024-11-10T00:30:00")
     table.upsert([{"dt": "20241110", "id": 1, "v": 2}])
-    assert table.changelog().height == 3  # local-ttl expired nothing
+    assert table.changelog().height == 3  # younger than the log TTL: nothing expired yet
     clock.now = _ms("2024-11-10T03:00:00")
     table.upsert([{"dt": "20241110", "id": 2, "v": 3}])
     table.expire_log()
