@@ -20,7 +20,7 @@ def _help(argv: list[str]) -> str:
 
 def test_the_command_help_names_every_verb() -> None:
     text = _help(["--help"])
-    assert "{demo,tier,ui}" in text
+    assert "{demo,check,tier,ui}" in text
     for verb in ("'demo'", "'ui'", "'tier'"):
         assert verb in text.split("positional arguments")[0], verb
 
