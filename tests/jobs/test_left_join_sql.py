@@ -72,7 +72,8 @@ CASES = {
         [Join("o", "c", ["cid"], how="left")],
         [("cid", "INT", False), ("oid", "INT", False), ("c_cid", "INT", True), ("name", "STRING", True)],
         ["cid", "oid"], {"cid": "c.cid", "c_cid": "c.cid"},
-        "SELECT COALESCE(c.cid, o.cid) AS cid, o.oid, c.cid AS c_cid, c.name FROM o LEFT JOIN c ON o.cid = c.cid", "c_cid"),
+        "SELECT COALESCE(c.cid, o.cid) AS cid, o.oid, c.cid AS c_cid, c.name FROM o LEFT JOIN c ON o.cid = c.cid",
+        "c_cid"),
     # a ⋈ b many-to-many on the bucket-key prefix, then a LEFT JOIN c by its primary key
     "three_way": Case(
         {"a": Input({"k": "INT", "x": "INT", "v": "INT"}, ["k", "x"], ["k"]),
@@ -168,7 +169,8 @@ def _run(tmp_path: Path, case: Case, kind: str, seed: int) -> None:
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize(("name", "kind"), [(n, k) for n, c in CASES.items() for k in KINDS if c.delta or k == "stateful"])
+@pytest.mark.parametrize(("name", "kind"),
+                         [(n, k) for n, c in CASES.items() for k in KINDS if c.delta or k == "stateful"])
 def test_left_join_equals_duckdb(tmp_path: Path, name: str, kind: str, seed: int) -> None:
     _run(tmp_path, CASES[name], kind, seed)
 
