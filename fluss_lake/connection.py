@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+from fluss_lake._utils.arguments import check_callable, check_int
 from fluss_lake.catalog import Catalog
 from fluss_lake.exceptions import DatabaseNotEmptyError, DatabaseNotExistError, InvalidConfigError, TableNotExistError
 from fluss_lake.io.store import ObjectStore, open_store
@@ -35,6 +36,18 @@ _DEFAULT_DIR = "fluss-lake-data"
 def _system_clock() -> int:
     """Wall clock in epoch milliseconds."""
     return int(time.time() * 1000)
+
+
+def _checked_options(
+    clock: Callable[[], int] | None, snapshot_every: int, max_partition_num: int, log_compaction_grace_ms: int
+) -> tuple[int, int, int]:
+    """The connection's numeric options, checked before anything is opened or created."""
+    check_callable("clock", clock, hint="a function returning epoch milliseconds")
+    return (
+        check_int("snapshot_every", snapshot_every, minimum=1, hint="log offsets between two state snapshots"),
+        check_int("max_partition_num", max_partition_num, minimum=1),
+        check_int("log_compaction_grace_ms", log_compaction_grace_ms, minimum=0),
+    )
 
 
 class Connection:
@@ -61,6 +74,9 @@ class Connection:
         log_compaction_grace_ms: int = 600_000,
         default_lake_format: str | None = None,
     ) -> None:
+        snapshot_every, max_partition_num, log_compaction_grace_ms = _checked_options(
+            clock, snapshot_every, max_partition_num, log_compaction_grace_ms
+        )
         if local_dir is None:
             local_dir = tempfile.mkdtemp(prefix="fluss-lake-state-")
             atexit.register(shutil.rmtree, local_dir, True)
@@ -333,6 +349,7 @@ def connect(
     target = url if url is not None else os.environ.get(DEFAULT_URL_ENV, _DEFAULT_DIR)
     if datalake_format not in (None, "iceberg", "lance"):
         raise InvalidConfigError(f"datalake_format={datalake_format!r}: use 'iceberg' or None")
+    _checked_options(clock, snapshot_every, max_partition_num, log_compaction_grace_ms)  # before the store is opened
     connection = Connection(
         open_store(target, storage_options),
         local_dir=local_dir,
