@@ -144,3 +144,16 @@ def test_good_filter_values_work(conn: fl.Connection, filters, want) -> None:
     scanner = events.new_scan(filters=filters)
     scanner.subscribe_from_beginning()
     assert sorted(scanner.poll()["v"].to_list()) == want
+
+
+def test_a_training_set_refuses_prediction_times_a_write_refuses(conn: fl.Connection) -> None:
+    """Prediction times past year 9999 (already of Polars' type) used to panic inside Polars; now they are refused
+    like a write of them, and a good row still gets its features."""
+    from fluss_lake.training import FeatureView, training_set
+
+    view = FeatureView.from_table(conn.get_table("d.num"))
+    far = pl.Series("prediction_ts", [FAR_MS], pl.Int64).cast(pl.Datetime("ms", "UTC"))
+    with pytest.raises(fl.SchemaMismatchError, match="outside the years 1 to 9999"):
+        training_set(pl.DataFrame({"k": [1]}).with_columns(far), view)
+    now = pl.Series("prediction_ts", [dt.datetime(2100, 1, 1, tzinfo=dt.timezone.utc)])
+    assert training_set(pl.DataFrame({"k": [1]}).with_columns(now), view)["v"].to_list() == [1]
