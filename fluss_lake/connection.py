@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
+from fluss_lake._utils.arguments import check_callable, check_int
 from fluss_lake.catalog import Catalog
 from fluss_lake.exceptions import (
     CorruptedDataError,
@@ -44,6 +45,20 @@ def _system_clock() -> int:
     return int(time.time() * 1000)
 
 
+def _checked_options(
+    clock: Callable[[], int] | None, snapshot_every: int, max_partition_num: int, log_compaction_grace_ms: int | None
+) -> tuple[int, int, int | None]:
+    """The connection's numeric options, checked before anything is opened or created."""
+    check_callable("clock", clock, hint="a function returning epoch milliseconds")
+    return (
+        check_int("snapshot_every", snapshot_every, minimum=1, hint="log offsets between two state snapshots"),
+        check_int("max_partition_num", max_partition_num, minimum=1),
+        None
+        if log_compaction_grace_ms is None
+        else check_int("log_compaction_grace_ms", log_compaction_grace_ms, minimum=0),
+    )
+
+
 class Connection:
     """A handle on a store: admin operations (databases, tables) and :class:`~fluss_lake.table.Table` objects.
 
@@ -68,6 +83,9 @@ class Connection:
         log_compaction_grace_ms: int | None = None,
         default_lake_format: str | None = None,
     ) -> None:
+        snapshot_every, max_partition_num, log_compaction_grace_ms = _checked_options(
+            clock, snapshot_every, max_partition_num, log_compaction_grace_ms
+        )
         if local_dir is None:
             local_dir = tempfile.mkdtemp(prefix="fluss-lake-state-")
             atexit.register(shutil.rmtree, local_dir, True)
@@ -377,6 +395,7 @@ def connect(
             f"datalake_format={datalake_format!r} is not supported by fluss-lake (the tiering service writes "
             "Iceberg tables only); use 'iceberg' or None"
         )
+    _checked_options(clock, snapshot_every, max_partition_num, log_compaction_grace_ms)  # before the store is opened
     connection = Connection(
         open_store(target, storage_options),
         local_dir=local_dir,

@@ -12,17 +12,20 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
+import pyarrow as pa
 
+from fluss_lake._utils.arguments import check_int, check_offsets
 from fluss_lake.changelog import views
 from fluss_lake.changelog.log_scanner import LogScanner, scan_log
-from fluss_lake.exceptions import FlussLakeError, UnsupportedOperationError
+from fluss_lake.exceptions import FlussLakeError, InvalidConfigError, SchemaMismatchError, UnsupportedOperationError
 from fluss_lake.kv.merge import MergeMode
-from fluss_lake.log.filters import Filters
+from fluss_lake.log.filters import Condition, Filters
 from fluss_lake.log.log_batch import BatchHeader
 from fluss_lake.log.log_reads import batch_headers
 from fluss_lake.lookup import state_scan
 from fluss_lake.lookup.lookuper import Lookuper, PrefixLookuper
 from fluss_lake.lookup.state_scan import BucketState
+from fluss_lake.metadata.conform import conform, to_frame
 from fluss_lake.metadata.descriptor import TableInfo
 from fluss_lake.metadata.partition import PartitionInfo
 from fluss_lake.metadata.schema import Schema
@@ -196,6 +199,7 @@ class Table:
         """
         if self._partition is not None:
             raise UnsupportedOperationError("auto_partition() works on the whole table, not one partition's handle")
+        now_ms = check_int("now_ms", now_ms, minimum=0, optional=True)
         return maintenance.auto_partition(self._runtime, now_ms=now_ms)
 
     # ------------------------------------------------------------ offsets and maintenance
@@ -226,6 +230,7 @@ class Table:
         >>> events.expire_log(now_ms=3 * 3_600_000), events.scan_log()["v"].to_list()
         ({0: 2}, [2])
         """
+        now_ms = check_int("now_ms", now_ms, minimum=0, optional=True)
         return maintenance.expire_log(self._runtime, self._partition, now_ms=now_ms)
 
     def compact(self) -> None:
@@ -254,6 +259,8 @@ class Table:
         >>> ev.compact_log(), ev.scan_log()["_offset"].to_list()
         (4, [0, 1, 2, 3, 4])
         """
+        now_ms = check_int("now_ms", now_ms, minimum=0, optional=True)
+        target_rows = check_int("target_rows", target_rows, minimum=1)
         return maintenance.compact_log(self._runtime, self._partition, now_ms=now_ms, target_rows=target_rows)
 
     def snapshot(self) -> dict:
@@ -342,6 +349,7 @@ class Table:
     ) -> LogScanner:
         """A log scanner: subscribe buckets from offsets, then ``poll`` record batches (only of `change_types`
         if given, as in :meth:`scan_log`)."""
+        filters = _filter_values(self.schema, filters)
         return LogScanner(self._runtime, self._partition, columns=columns, filters=filters, change_types=change_types)
 
     def scan_log(
@@ -360,13 +368,14 @@ class Table:
         On a partitioned table the rows of every partition come with a ``_partition`` column first, and offsets
         are keyed by ``(partition name, bucket)``; a partition missing from `start_offsets` is read from its start.
         """
+        _check_reads(start_offsets, end_offsets, start_timestamp)
         return scan_log(
             self._runtime,
             self._partition,
             start_offsets=start_offsets,
             end_offsets=end_offsets,
             columns=columns,
-            filters=filters,
+            filters=_filter_values(self.schema, filters),
             start_timestamp=start_timestamp,
             change_types=change_types,
         )
@@ -374,6 +383,7 @@ class Table:
     def batch_headers(self, bucket: int, *, start_offset: int | None = None) -> list[BatchHeader]:
         """The headers of one bucket's log batches from `start_offset` (default: the earliest retained), read
         without decoding rows: base offset, record count, commit time, writer id and sequence of each."""
+        start_offset = check_int("start_offset", start_offset, minimum=0, optional=True)
         return batch_headers(self._runtime.tablets(self._partition), bucket, start_offset=start_offset)
 
     def changelog(
@@ -385,6 +395,7 @@ class Table:
         with_bucket: bool = False,
     ) -> pl.DataFrame:
         """The ``$changelog`` view: one row per log record (``insert``/``update_before``/...)."""
+        _check_reads(start_offsets, end_offsets, start_timestamp)
         return views.changelog(
             self._runtime,
             self._partition,
@@ -403,6 +414,7 @@ class Table:
         with_bucket: bool = False,
     ) -> pl.DataFrame:
         """The ``$binlog`` view (primary-key tables): updates as one row with ``before`` and ``after``."""
+        _check_reads(start_offsets, end_offsets, start_timestamp)
         return views.binlog(
             self._runtime,
             self._partition,
@@ -480,6 +492,62 @@ class Table:
         kind = "primary-key" if self.is_primary_key_table else "log"
         where = f" partition {self.partition_name}" if self._partition is not None else ""
         return f"<Table {self.path}{where} ({kind}, {self.bucket_num} bucket(s))>"
+
+
+def _check_reads(start_offsets: Mapping | None, end_offsets: Mapping | None, start_timestamp: int | None) -> None:
+    """Offsets and timestamps of a log read: whole numbers, never bools (a start before the log is
+    OffsetOutOfRangeError, which says where the log starts; a negative end is never meaningful)."""
+    check_offsets("start_offsets", start_offsets)
+    check_offsets("end_offsets", end_offsets, minimum=0)
+    check_int("start_timestamp", start_timestamp, minimum=0, optional=True)
+
+
+#: Column types whose filter values go through the write path's rules (:func:`_filter_values`).
+_CONFORMED_TYPES = (pl.Date, pl.Datetime, pl.Time, pl.Boolean, pl.Struct, pl.List, pl.Array)
+
+
+def _filter_values(schema: Schema, filters: Filters | None) -> Filters | None:
+    """Filter values held to the rules of writes: a value a write of that column would refuse is refused here
+    (a bool for a number or a number for a BOOLEAN, dates and times outside years 1 to 9999, a ROW's unknown
+    fields), Arrow scalars become values, and dicts and lists for ROW and ARRAY columns take the column's field
+    types. Numbers for numeric columns compare as given (``v < 1.5`` on an INT column is a fine filter)."""
+    if not filters:
+        return filters
+    if isinstance(filters[0], tuple):
+        return [_condition_values(schema, c) for c in filters]  # type: ignore[arg-type]
+    return [[_condition_values(schema, c) for c in g] if isinstance(g, list | tuple) else g for g in filters]
+
+
+def _condition_values(schema: Schema, condition: Condition) -> Condition:
+    """One ``(column, op, value)`` with its values conformed (anything malformed is left to the filter checks)."""
+    if not (isinstance(condition, tuple) and len(condition) == 3 and condition[0] in schema.names):
+        return condition
+    column, op, value = condition
+    many = str(op).lower() in ("in", "not in", "between")
+    if many and not isinstance(value, list | tuple | set | frozenset):
+        return condition
+    values = list(value) if many else [value]
+    dtype = schema.column(column).dtype
+    scalars = [isinstance(v, pa.Scalar) for v in values]
+    if not (isinstance(dtype, _CONFORMED_TYPES) or any(scalars) or any(isinstance(v, bool) for v in values)):
+        return condition
+    try:
+        plain = [v for v, scalar in zip(values, scalars, strict=True) if not scalar]
+        checked = iter(conform(to_frame([{column: v} for v in plain], schema), schema, required=[column])[column])
+        nested = isinstance(dtype, pl.Struct | pl.List | pl.Array)  # ROW/ARRAY values take the column's field types
+        out = []
+        for v, scalar in zip(values, scalars, strict=True):
+            if scalar:  # an Arrow scalar: checked (temporal range) and converted as Arrow data is in writes
+                arrow = to_frame(pa.table({column: pa.array([v], type=v.type)}), schema)
+                out.append(conform(arrow, schema, required=[column])[column][0])
+            else:
+                conformed = next(checked)
+                out.append(conformed if nested else v)  # Python dates and numbers keep their exact value
+    except SchemaMismatchError as exc:
+        raise InvalidConfigError(f"filter on {column!r}: {exc}") from None
+    if not many:
+        return (column, op, out[0])
+    return (column, op, out if isinstance(value, list) else tuple(out))
 
 
 def _flush(writer: AppendWriter | UpsertWriter) -> WriteResult:

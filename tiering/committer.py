@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from fluss_lake._utils.arguments import check_callable
 from fluss_lake.exceptions import (
     FlussLakeError,
     LakeUnavailableError,
@@ -125,6 +126,7 @@ def tier_table(
             f"tier the whole table {live.path}, not the handle of partition "
             f"{live.partition_name!r} (the lake commits all partitions at once)"
         )
+    check_callable("clock", clock, hint="a function returning epoch milliseconds")
     started = time.perf_counter()
     clock = clock or live.connection.clock
     try:

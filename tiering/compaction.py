@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 import pyarrow as pa
 
+from fluss_lake._utils.arguments import check_int, check_number
 from fluss_lake.exceptions import InvalidConfigError, TieringConflictError
 from fluss_lake.metadata.table_path import TablePath
 from tiering.lake_snapshot import LakeSnapshot
@@ -72,6 +73,9 @@ class CompactionPolicy:
         return snapshot is not None and snapshot.sequence_number % self.check_every == 0
 
     def __post_init__(self) -> None:
+        check_number("delete_ratio", self.delete_ratio, positive=False, hint="a fraction in (0, 1]")  # no bool, no NaN
+        for name in ("max_delete_files", "max_manifests", "max_history_files", "small_file_rows", "check_every"):
+            check_int(name, getattr(self, name), minimum=2 if name == "max_manifests" else 1)
         if not 0 < self.delete_ratio <= 1:
             raise InvalidConfigError(
                 f"delete_ratio must be in (0, 1], got {self.delete_ratio}; e.g. 0.3 rewrites a "

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from fluss_lake.exceptions import InvalidConfigError
+from fluss_lake._utils.arguments import check_seconds
 from fluss_lake.metadata.table_path import TablePath
 
 __all__ = ["DEFAULT_ORPHAN_GRACE_S", "OrphanReport", "remove_orphan_files"]
@@ -58,11 +58,12 @@ def remove_orphan_files(
     >>> [r.removed for r in remove_orphan_files(lake, "d.ev", older_than_s=0)]   # nothing orphaned
     [()]
     """
-    if older_than_s < 0:
-        raise InvalidConfigError(
-            f"older_than_s must be >= 0, got {older_than_s}; files younger than it are kept "
-            "(it protects the files of a round still running)"
-        )
+    older_than_s = check_seconds(
+        "older_than_s",
+        older_than_s,
+        positive=False,
+        hint="files younger than it are kept (it protects the files of a round still running)",
+    )
     reports = []
     for kind in ("log", "history"):
         table = lake.load(path, kind)

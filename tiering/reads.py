@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from fluss_lake._utils.arguments import check_int
 from fluss_lake.exceptions import TableNotExistError
 from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.training.history import PARTITION as PARTITION_NAME
@@ -88,6 +89,7 @@ def read_lake(lake: Lake, path: str | TablePath, *, snapshot_id: int | None = No
     >>> read_lake(lake, "d.t").select("k", "v", "__offset").collect().to_dicts()
     [{'k': 1, 'v': 'a', '__offset': 0}]
     """
+    snapshot_id = check_int("snapshot_id", snapshot_id, minimum=None, optional=True, hint="a lake snapshot's id")
     table = lake.load(path)
     if table is None:
         raise TableNotExistError(f"the lake has no table {TablePath.of(path)}; tier it first (tier_once)")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fluss_lake import options as opt
+from fluss_lake._utils.arguments import check_int, check_seconds
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError
 from fluss_lake.metadata.table_path import TablePath
 from tiering.committer import TableTieringReport, tier_table
@@ -148,6 +149,7 @@ def tier_once(
 
 def table_lag(live: Table, lake: Lake, *, now_ms: int | None = None) -> TableLag:
     """Offsets per bucket not yet in the lake, and for how long the lake has been missing commits (seconds)."""
+    now_ms = check_int("now_ms", now_ms, minimum=0, optional=True)
     snap = lake.snapshot(live.path)
     now_offsets = live_offsets(live)
     behind: dict[Any, int]  # keyed by (partition name, bucket), then by bucket alone if unpartitioned
@@ -227,6 +229,7 @@ class TieringService:
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop after the round in progress (a commit is never interrupted)."""
+        timeout_s = check_seconds("timeout_s", timeout_s)
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_s)
@@ -238,6 +241,7 @@ class TieringService:
 
     def run(self, *, duration_s: float | None = None) -> None:
         """Run the loop in this thread until :meth:`stop` (or for `duration_s` seconds)."""
+        duration_s = check_seconds("duration_s", duration_s, optional=True)
         deadline = time.monotonic() + duration_s if duration_s is not None else None
         tables: list[TablePath] = []
         discovered_at = -_REDISCOVER_S
@@ -297,6 +301,7 @@ class TieringService:
 
     def wait_until_caught_up(self, *, timeout_s: float = 60.0, poll_s: float = 0.05) -> bool:
         """Wait until every table's lake holds its live log as of this call; False on timeout."""
+        timeout_s, poll_s = check_seconds("timeout_s", timeout_s), check_seconds("poll_s", poll_s)
         targets = {live.path: live_offsets(live) for live in self._tables()}
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

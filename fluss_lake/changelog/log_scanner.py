@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from fluss_lake._utils.arguments import check_int, check_seconds
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.log.filters import Filters, normalize_filters
 from fluss_lake.log.log_reads import (
@@ -156,6 +157,7 @@ class LogScanner:
 
     def subscribe(self, bucket: Any, offset: int) -> None:
         """Read `bucket` from `offset` on."""
+        offset = check_int("offset", offset, minimum=None)  # an offset outside the log fails on the next poll
         self._target(bucket)
         self.positions[bucket] = offset
 
@@ -172,6 +174,7 @@ class LogScanner:
 
     def subscribe_from_timestamp(self, timestamp_ms: int, buckets: Sequence | None = None) -> None:
         """Read from the first batch committed at or after `timestamp_ms` (epoch milliseconds)."""
+        timestamp_ms = check_int("timestamp_ms", timestamp_ms, minimum=0, hint="epoch milliseconds")
         self._subscribe_each(buckets, lambda t: t.offset_for_timestamp(timestamp_ms), "beginning")
 
     def subscribe_from_latest(self, buckets: Sequence | None = None) -> None:
@@ -197,6 +200,8 @@ class LogScanner:
 
     def poll(self, timeout: float = 0.0, *, interval: float = 0.05) -> pl.DataFrame:
         """New records of every subscribed bucket (waiting up to `timeout` seconds for some)."""
+        timeout = check_seconds("timeout", timeout, positive=False)
+        interval = check_seconds("interval", interval)
         deadline = time.monotonic() + timeout
         needed = {c[0] for g in self.groups for c in g}
         while True:

@@ -21,6 +21,7 @@ from typing import Literal
 
 import polars as pl
 
+from fluss_lake._utils.arguments import check_int, check_seconds
 from fluss_lake.connection import Connection
 from fluss_lake.exceptions import (
     InvalidConfigError,
@@ -77,8 +78,7 @@ class Job:
         batch_rows: int = 100_000,
         start: StartFrom = "earliest",
     ) -> None:
-        if batch_rows <= 0:
-            raise InvalidConfigError(f"batch_rows={batch_rows}: must be positive")
+        batch_rows = check_int("batch_rows", batch_rows, minimum=1, hint="changelog records per input and step")
         if start not in ("earliest", "latest"):
             raise InvalidConfigError(f"start={start!r}: use 'earliest' or 'latest'")
         self.connection = connection
@@ -316,6 +316,7 @@ class Job:
 
     def run_once(self, *, max_steps: int | None = None) -> JobReport:
         """Process everything available now (in steps of at most ``batch_rows`` records), then return."""
+        max_steps = check_int("max_steps", max_steps, minimum=0, optional=True)
         started = time.perf_counter()
         report = JobReport()
         while max_steps is None or report.steps < max_steps:
@@ -336,6 +337,9 @@ class Job:
 
     def run(self, stop_event: threading.Event, *, poll_interval: float = 0.5) -> JobReport:
         """Run continuously: process what arrives, poll every `poll_interval` seconds, until `stop_event` is set."""
+        poll_interval = check_seconds("poll_interval", poll_interval)
+        if not (callable(getattr(stop_event, "is_set", None)) and callable(getattr(stop_event, "wait", None))):
+            raise InvalidConfigError(f"stop_event={stop_event!r}: pass a threading.Event (set it to stop the job)")
         report = JobReport()
         while not stop_event.is_set():
             step = self.run_once()
@@ -349,7 +353,8 @@ class Job:
         self.checkpoints.reset()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name!r} inputs={list(self.inputs)}>"
+        name = getattr(self, "name", None)  # a LookupJoin without a source is no job: no name, no inputs
+        return f"<{type(self).__name__} {name!r} inputs={list(getattr(self, 'inputs', {}))}>"
 
 
 def partition_names(table: Table, frame: pl.DataFrame) -> pl.Series:

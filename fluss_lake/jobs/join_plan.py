@@ -13,6 +13,11 @@ Correct retractions need a result key that names every participating row: each i
 (or columns the join equates with them) must be among the result table's primary-key columns, so each result
 row is an idempotent upsert or delete. LEFT joins are allowed where the right side is probed by its full primary
 key and is a leaf of the tree (its key is then fixed by the left side, so null-padded rows keep a non-null key).
+
+Columns of a LEFT join's right side are SQL's: NULL on unmatched rows, its join columns too (``c.cid IS NULL``
+finds them), while a column named by the result table alone (no ``select=``) present on both sides is SQL's
+``USING`` column (the left side's value). A result primary-key column keeps naming the row: mapped to a right-side
+join column it takes the equal left-side value, never NULL.
 """
 
 from __future__ import annotations
@@ -300,11 +305,21 @@ class JoinPlan:
             return pl.coalesce([pl.col(m) for m in members])
         return pl.col(qualified)
 
+    def _source_expr(self, qualified: str, *, key: bool) -> pl.Expr:
+        """A result column taken from an input column. A column of a LEFT join's right side is that side's own
+        value, NULL on unmatched rows as in SQL (its join columns too); a result key column must name padded rows
+        as well, so it is, like columns of inner sides, the first non-null member of its join class."""
+        if not key and qualified.split(".", 1)[0] in self.left_children():
+            return pl.col(qualified)
+        return self._column_expr(qualified)
+
     def _projection(self, select: Mapping[str, str | pl.Expr] | None) -> tuple[dict[str, pl.Expr], dict[str, str]]:
         result_cols = list(self.result.schema.names)
         exprs: dict[str, pl.Expr] = {}
         sources: dict[str, str] = {}
         given = dict(select or {})
+        key = set(self.result.schema.primary_key)
+        lefts = self.left_children()
         unknown = [c for c in given if c not in result_cols]
         if unknown:
             raise InvalidConfigError(f"select= names column(s) {unknown} the result table {self.result.path} lacks")
@@ -317,7 +332,7 @@ class JoinPlan:
                         raise InvalidConfigError(
                             f"select[{col!r}] = {src!r}: write 'alias.column' with an input alias of {self.aliases}"
                         )
-                    exprs[col], sources[col] = self._column_expr(src), src
+                    exprs[col], sources[col] = self._source_expr(src, key=col in key), src
                 else:
                     exprs[col] = src
                 continue
@@ -330,7 +345,9 @@ class JoinPlan:
                 raise InvalidConfigError(
                     f"result column {col!r} is in several inputs {found}; choose one with select={{{col!r}: ...}}"
                 )
-            exprs[col], sources[col] = self._column_expr(found[0]), found[0]
+            # by name: the preserved side's column if it has one (SQL's USING column), else the right side's own
+            src = next((f for f in found if f.split(".", 1)[0] not in lefts), found[0])
+            exprs[col], sources[col] = self._source_expr(src, key=col in key), src
         return {c: e.alias(c) for c, e in exprs.items()}, sources
 
     def _check_result(self) -> None:
@@ -387,17 +404,18 @@ class JoinPlan:
                     "or retractions cannot be idempotent deletes"
                 )
         lefts = self.left_children()
+        key = set(result.schema.primary_key)
         for col, src in self.key_sources.items():
-            alias = src.split(".", 1)[0]
-            if (
-                alias in lefts
-                and not result.schema.column(col).nullable
-                and not any(m.split(".", 1)[0] not in lefts for m in self.classes.get(src, [src]))
-            ):
-                raise InvalidConfigError(
-                    f"result column {col!r} comes from the right side of a LEFT join and is "
-                    "null in padded rows; make it nullable in the result table"
-                )
+            if src.split(".", 1)[0] not in lefts or result.schema.column(col).nullable:
+                continue
+            partners = [m for m in self.classes.get(src, [src]) if m.split(".", 1)[0] not in lefts]
+            if col in key and partners:
+                continue  # a key column takes the left side's equal value on padded rows
+            hint = f", or take the left side's equal column: select={{{col!r}: {partners[0]!r}}}" if partners else ""
+            raise InvalidConfigError(
+                f"result column {col!r} comes from {src}, the right side of a LEFT join, which is NULL on "
+                f"unmatched rows (as in SQL); make {col!r} nullable in the result table{hint}"
+            )
 
     def _needed_columns(self) -> dict[str, list[str]]:
         refs: set[str] = set()

@@ -45,11 +45,14 @@ def _key_frame(schema: Schema, keys: Any, columns: Sequence[str]) -> pl.DataFram
 
 
 def _exact_keys(frame: pl.DataFrame, dtypes: Any, columns: Sequence[str]) -> bool:
-    """Whether `frame` holds exactly `columns` with the table's dtypes and no nulls (nothing to conform)."""
+    """Whether `frame` holds exactly `columns` with the table's dtypes and no nulls (nothing to conform). Dates and
+    timestamps always go through conform(), which refuses values outside years 1 to 9999 as writes do."""
     schema = frame.schema
     for name in columns:
         dtype = schema.get(name)
-        if dtype is None or dtype != dtypes[name] or frame.get_column(name).null_count():
+        if dtype is None or dtype != dtypes[name] or isinstance(dtype, pl.Date | pl.Datetime):
+            return False
+        if frame.get_column(name).null_count():
             return False
     return True
 

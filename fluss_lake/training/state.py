@@ -90,19 +90,23 @@ def state_as_of(
         changes = changes.filter(commit <= cut)
     if offsets is not None:
         partitioned = PARTITION in schema
+
+        def whole(x: object) -> bool:  # a bool is an int to Python, but no offset or bucket
+            return isinstance(x, int) and not isinstance(x, bool)
+
         if partitioned:  # (partition name, bucket) keys, as a partitioned table's end_offsets()
             bad = {
                 b: o
                 for b, o in offsets.items()
-                if not (isinstance(b, tuple) and len(b) == 2 and isinstance(b[0], str) and isinstance(b[1], int))
-                or not isinstance(o, int)
+                if not (isinstance(b, tuple) and len(b) == 2 and isinstance(b[0], str) and whole(b[1]))
+                or not whole(o)
                 or o < 0
             }
         else:
-            bad = {b: o for b, o in offsets.items() if not isinstance(b, int) or not isinstance(o, int) or o < 0}
+            bad = {b: o for b, o in offsets.items() if not whole(b) or not whole(o) or o < 0}
         if bad:
             what = "(partition name, bucket) pairs" if partitioned else "bucket numbers"
-            raise InvalidConfigError(f"offsets must map {what} to non-negative end offsets, got {bad}")
+            raise InvalidConfigError(f"offsets must map {what} to whole non-negative end offsets, got {bad}")
         on = [PARTITION, BUCKET] if partitioned else [BUCKET]
         keys: list[Any] = list(offsets)
         data = {PARTITION: [k[0] for k in keys], BUCKET: [k[1] for k in keys]} if partitioned else {BUCKET: keys}

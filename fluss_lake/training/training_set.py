@@ -89,6 +89,8 @@ def training_set(
     lazy = entities.lazy()
     schema = lazy.collect_schema()
     _check_names(schema, views, timestamp_column)
+    if isinstance(entities, pl.DataFrame):
+        _check_years(entities.get_column(timestamp_column))
     dtypes = [
         schema[timestamp_column],
         *(v.schema[TIMESTAMP] for v in views),
@@ -111,6 +113,19 @@ def training_set(
         frame = _join_view(frame, schema, view, i, unit)
     out = frame.sort(_ROW).select(*schema.names(), *(n for v in views for n in v.output_names()))
     return out.collect(engine="in-memory") if eager else out
+
+
+def _check_years(times: pl.Series) -> None:
+    """Refuse prediction times outside years 1 to 9999 (as writes refuse such dates and timestamps): Polars
+    panics converting them. A LazyFrame's values are only seen when it is collected."""
+    if not isinstance(times.dtype, pl.Date | pl.Datetime) or times.null_count() == times.len():
+        return
+    years = times.dt.year()
+    if years.null_count() > times.null_count() or not (years.min() >= 1 and years.max() <= 9999):  # type: ignore[operator]
+        raise SchemaMismatchError(
+            f"prediction time column {times.name!r} has values outside the years 1 to 9999 (DATE and TIMESTAMP "
+            "range); fix or drop those rows"
+        )
 
 
 def _check_names(schema: pl.Schema, views: list[FeatureView], timestamp_column: str) -> None:

@@ -78,6 +78,14 @@ CASES = {
         {"a": ({"k": "INT", "x": "INT", "v": "INT"}, ["k", "x"], ["k"], 2),
          "c": ({"k": "INT", "w": "INT"}, ["k"], None, 2)},
         [Join("a", "c", ["k"], how="left")], {"k": "INT", "x": "INT", "v": "INT", "w": "INT"}, ["k", "x"]),
+    # the same LEFT join selecting the right side's join column: NULL on padded rows, as in SQL (the oracle's
+    # Polars join keeps both sides' columns, coalesce=False)
+    "left_selects_right_key": Case(
+        "left_selects_right_key",
+        {"a": ({"k": "INT", "x": "INT", "v": "INT"}, ["k", "x"], ["k"], 2),
+         "c": ({"k": "INT", "w": "INT"}, ["k"], None, 2)},
+        [Join("a", "c", ["k"], how="left")], {"k": "INT", "x": "INT", "v": "INT", "ck": "INT", "w": "INT"}, ["k", "x"],
+        select={"ck": "c.k"}),
     # three-way: a ⋈ b many-to-many, then a LEFT JOIN c by c's primary key
     "three_way": Case(
         "three_way",
@@ -244,7 +252,8 @@ def test_delta_join_emitting_per_input_equals_batch_join(ops: list[tuple]) -> No
     _run(CASES["three_way"], "delta_per_input", ops)
 
 
-@pytest.mark.parametrize("name", ["inner_prefix_both", "left_many_to_one", "moving_join_key"])
+@pytest.mark.parametrize("name", ["inner_prefix_both", "left_many_to_one", "left_selects_right_key",
+                                  "moving_join_key"])
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
 @example(ops=BOTH_DELETED)
