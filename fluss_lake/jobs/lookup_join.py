@@ -19,6 +19,7 @@ from typing import Literal
 import polars as pl
 
 from fluss_lake import options as opt
+from fluss_lake._utils.arguments import check_int, check_seconds
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.jobs._exactly_once import (
     begin_step,
@@ -46,10 +47,8 @@ class LookupCache:
     cache_missing_key: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_rows <= 0:
-            raise InvalidConfigError(f"LookupCache(max_rows={self.max_rows}): must be positive")
-        if self.expire_after_write is not None and self.expire_after_write <= 0:
-            raise InvalidConfigError("LookupCache(expire_after_write=...): must be positive seconds or None")
+        check_int("LookupCache(max_rows)", self.max_rows, minimum=1, hint="keys the cache holds")
+        check_seconds("LookupCache(expire_after_write)", self.expire_after_write, optional=True)
 
 
 class LookupJoin(Job):
@@ -95,6 +94,7 @@ class LookupJoin(Job):
     ) -> None:
         if not table.is_primary_key_table:
             raise InvalidConfigError(f"{table.path} is a log table; a lookup join needs a primary-key table")
+        batch_rows = check_int("batch_rows", batch_rows, minimum=1, hint="records read per step")
         self.table = table
         self.on = dict(on) if isinstance(on, Mapping) else {c: c for c in on}
         dim_keys = tuple(self.on.values())
