@@ -78,16 +78,19 @@ class KvSnapshots:
                 continue
             if damage and offset < replayable_from():
                 break  # older snapshots need log offsets that are gone
+            segments, missing = [], ""
             try:
-                segments = [self._open_segment(seg, kv.directory, checksums.get(seg), required) for seg in listed]
+                for seg in listed:
+                    missing = f"{self.kv_prefix}/segments/{seg}"
+                    segments.append(self._open_segment(seg, kv.directory, checksums.get(seg), required))
             except CorruptedDataError as exc:
                 damage.append(exc)
                 continue
-            except FileNotFoundError as exc:
+            except FileNotFoundError:
                 if not self.store.exists(key):
                     continue  # the manifest was collected while we read it: its segments may go too
-                damage.append(
-                    corrupted(key, f"it names a segment that is missing ({exc.filename or exc})", what="snapshot")
+                damage.append(  # named by its key: a remote store's error names no file
+                    corrupted(key, f"it names a segment that is missing ({missing})", what="snapshot")
                 )
                 continue
             kv.adopt(segments)
