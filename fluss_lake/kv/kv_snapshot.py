@@ -76,6 +76,16 @@ class KvSnapshots:
             except (KeyError, ValueError, TypeError) as exc:
                 damage.append(corrupted(key, f"it lacks its offset or segments ({exc})", what="snapshot manifest"))
                 continue
+            named = _named_offset(name)
+            if named is not None and named != offset:  # its name orders the snapshots: a mismatch is a swap
+                damage.append(
+                    corrupted(
+                        key,
+                        f"it holds the snapshot of offset {offset}, not {named} (manifests swapped or renamed)",
+                        what="snapshot manifest",
+                    )
+                )
+                continue
             if damage and offset < replayable_from():
                 break  # older snapshots need log offsets that are gone
             segments, missing = [], ""
@@ -220,6 +230,12 @@ class KvSnapshots:
         if self.shared_dir is not None:
             for path in _orphans(self.shared_dir, referenced, time.time()):
                 unlink_quietly(path)
+
+
+def _named_offset(name: str) -> int | None:
+    """The offset a manifest's name gives (``<offset:020d>-<created ms>-<id>.json``; None for other names)."""
+    head = name.split("-", 1)[0]
+    return int(head) if len(head) == 20 and head.isdigit() and "-" in name else None
 
 
 def _write_local(path: str, data: bytes) -> None:
