@@ -20,7 +20,7 @@ from typing import Any
 from fluss_lake.connection import Connection
 from fluss_lake.exceptions import JobConflictError
 from fluss_lake.io import layout
-from fluss_lake.io.checksum import dumps_json, loads_json, seal, unseal
+from fluss_lake.io.checksum import corrupted, dumps_json, loads_json, seal, unseal
 from fluss_lake.metadata.table_path import check_name
 
 __all__ = ["BucketOffsets", "Checkpoint", "CheckpointStore"]
@@ -92,9 +92,17 @@ class CheckpointStore:
         for name in reversed(self._names()):
             try:
                 key = f"{self.prefix}/{name}"
-                return Checkpoint.from_json(loads_json(self.store.get(key), key=key, what="job checkpoint"))
+                checkpoint = Checkpoint.from_json(loads_json(self.store.get(key), key=key, what="job checkpoint"))
             except FileNotFoundError:  # collected meanwhile by a newer instance: take the next newest
                 continue
+            named = name[len("ckpt-") : -len(".json")]
+            if named.isdigit() and checkpoint.number != int(named):  # its next commit would collide with a newer one
+                raise corrupted(
+                    key,
+                    f"it holds checkpoint {checkpoint.number}, not {named} (checkpoints swapped or renamed)",
+                    what="job checkpoint",
+                )
+            return checkpoint
         return None
 
     def commit(self, checkpoint: Checkpoint) -> None:

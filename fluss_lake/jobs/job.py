@@ -22,14 +22,19 @@ from typing import Literal
 import polars as pl
 
 from fluss_lake._utils.arguments import check_int, check_seconds
+from fluss_lake.catalog import data_prefix
 from fluss_lake.connection import Connection
 from fluss_lake.exceptions import (
+    CorruptedDataError,
     InvalidConfigError,
     JobStateError,
     OffsetOutOfRangeError,
     PartitionNotExistError,
 )
+from fluss_lake.io import layout
+from fluss_lake.io.checksum import corrupted
 from fluss_lake.jobs.checkpoint import BucketOffsets, Checkpoint, CheckpointStore
+from fluss_lake.log.log_tablet import batch_key
 from fluss_lake.metadata.partition import partition_names as metadata_partition_names
 from fluss_lake.table import Table
 
@@ -214,11 +219,30 @@ class Job:
         offs = self.checkpoint.offsets[alias]
         for key in sorted(offs, key=lambda k: (k[0] or "", k[1])):
             start, end = offs[key], ends.get(key)
+            if end is not None and end < start:
+                raise self._behind(alias, key, start, end)
             if end is not None and end > start and budget > 0:
                 take = min(end, start + budget)
                 out[key] = (start, take)
                 budget -= take - start
         return out
+
+    def _behind(self, alias: str, key: tuple[str | None, int], consumed: int, end: int) -> CorruptedDataError:
+        """The error for an input bucket whose log ends before the offset this job consumed up to: its newest
+        batches are gone (a log never shrinks at its end), and the offsets would be handed out again to new writes
+        the job would skip."""
+        table = self.inputs[alias]
+        part = table if key[0] is None else self._handle(alias, key[0])
+        data = data_prefix(part.info if part is not None else table.info, part.partition_info if part else None)
+        return corrupted(
+            batch_key(layout.log_prefix(data, key[1]), end),
+            f"job {self.name!r} consumed input {alias!r} ({table.path}) up to offset {consumed}, but the log of this "
+            f"bucket ends at {end}: its batches from {end} on are missing (deleted or lost)",
+            what="log batch",
+            offsets=(end, consumed),
+            remedy="restore them from a backup (or from the lake: `fluss-lake check --repair`); reset() the job only "
+            "once the input is known to be right",
+        )
 
     def _read(
         self,

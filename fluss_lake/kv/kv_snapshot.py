@@ -80,19 +80,32 @@ class KvSnapshots:
             except (KeyError, ValueError, TypeError) as exc:
                 damage.append(corrupted(key, f"it lacks its offset or segments ({exc})", what="snapshot manifest"))
                 continue
+            named = _named_offset(name)
+            if named is not None and named != offset:  # its name orders the snapshots: a mismatch is a swap
+                damage.append(
+                    corrupted(
+                        key,
+                        f"it holds the snapshot of offset {offset}, not {named} (manifests swapped or renamed)",
+                        what="snapshot manifest",
+                    )
+                )
+                continue
             if damage and offset < replayable_from():
                 break  # older snapshots need log offsets that are gone
+            segments, missing = [], ""
             try:
-                segments = [self._open_segment(seg, kv.directory, checksums.get(seg), required) for seg in listed]
+                for seg in listed:
+                    missing = f"{self.kv_prefix}/segments/{seg}"
+                    segments.append(self._open_segment(seg, kv.directory, checksums.get(seg), required))
             except CorruptedDataError as exc:
                 damage.append(exc)
                 self._unusable.add(key)
                 continue
-            except FileNotFoundError as exc:
+            except FileNotFoundError:
                 if not self.store.exists(key):
                     continue  # the manifest was collected while we read it: its segments may go too
-                damage.append(
-                    corrupted(key, f"it names a segment that is missing ({exc.filename or exc})", what="snapshot")
+                damage.append(  # named by its key: a remote store's error names no file
+                    corrupted(key, f"it names a segment that is missing ({missing})", what="snapshot")
                 )
                 self._unusable.add(key)
                 continue
@@ -230,6 +243,12 @@ class KvSnapshots:
         if self.shared_dir is not None:
             for path in _orphans(self.shared_dir, referenced, time.time()):
                 unlink_quietly(path)
+
+
+def _named_offset(name: str) -> int | None:
+    """The offset a manifest's name gives (``<offset:020d>-<created ms>-<id>.json``; None for other names)."""
+    head = name.split("-", 1)[0]
+    return int(head) if len(head) == 20 and head.isdigit() and "-" in name else None
 
 
 def _write_local(path: str, data: bytes) -> None:
