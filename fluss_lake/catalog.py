@@ -27,7 +27,7 @@ from fluss_lake.exceptions import (
     UnsupportedOperationError,
 )
 from fluss_lake.io import layout
-from fluss_lake.io.checksum import dumps_json, loads_json
+from fluss_lake.io.checksum import corrupted, dumps_json, loads_json
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.keys.bucketing import check_bucket_key_types
 from fluss_lake.kv.merge import check_merge_options, default_delete_behavior
@@ -171,7 +171,7 @@ class Catalog:
             )
         info = TableInfo.new(path, validate_descriptor(descriptor), log_compaction_grace_ms=log_compaction_grace_ms)
         key = layout.meta_key(path.database, path.table, 0)
-        if not self.store.put_if_absent(key, dumps_json(info.to_json())):
+        if not self.store.put_if_absent(key, dumps_json({**info.to_json(), "version": 0})):
             if ignore_if_exists:
                 return self.get_table_info(path)
             raise TableAlreadyExistError(f"table {path} exists already; pass ignore_if_exists=True or drop it first")
@@ -192,7 +192,14 @@ class Catalog:
         if not versions:
             raise TableNotExistError(f"table {path} does not exist; list_tables({path.database!r}) shows what does")
         key = layout.meta_key(path.database, path.table, versions[-1])
-        info = TableInfo.from_json(loads_json(self.store.get(key), key=key, what="table metadata"))
+        data = loads_json(self.store.get(key), key=key, what="table metadata")
+        if data.get("version", versions[-1]) != versions[-1]:  # versions of earlier releases do not say
+            raise corrupted(
+                key,
+                f"it holds metadata version {data['version']}, not {versions[-1]} (versions swapped or renamed)",
+                what="table metadata",
+            )
+        info = TableInfo.from_json(data)
         report_ignored_options(info)
         return info
 
@@ -239,7 +246,7 @@ class Catalog:
                 descriptor = dataclasses.replace(descriptor, options={**descriptor.options, **legacy})
             new_info = dataclasses.replace(info, descriptor=descriptor, modified_ms=self.clock())
             key = layout.meta_key(path.database, path.table, versions[-1] + 1)
-            if self.store.put_if_absent(key, dumps_json(new_info.to_json())):
+            if self.store.put_if_absent(key, dumps_json({**new_info.to_json(), "version": versions[-1] + 1})):
                 return new_info
         raise InvalidAlterError(f"table {path} kept changing while altering it; try again")
 

@@ -16,6 +16,7 @@ import sys
 from typing import Any, TextIO
 
 import fluss_lake as fl
+from fluss_lake import Damage
 from fluss_lake.exceptions import FlussLakeError
 
 __all__ = ["check", "register"]
@@ -87,7 +88,7 @@ def check(
     """Verify (and with `repair`, repair) the store of `conn`, print a report; returns the exit status."""
     out = out or sys.stdout
     reports = conn.verify(repair=repair, tables=tables)
-    if repair and any(d.kind == "log" for r in reports for d in r.unrepaired):
+    if repair:
         reports = _restore_from_lake(conn, reports, catalog_properties)
     for report in reports:
         print(report.summary(), file=out)
@@ -110,11 +111,13 @@ def _restore_from_lake(
     lake = Lake(catalog_properties) if catalog_properties else Lake.for_connection(conn)
     again = []
     for report in reports:
-        if not any(d.kind == "log" for d in report.unrepaired):
-            again.append(report)
+        if report.table.startswith(".") or any(d.kind == "metadata" for d in report.unrepaired):
+            again.append(report)  # the jobs' checkpoints, or a table whose metadata cannot be read
             continue
         table = conn.get_table(report.table)
-        restored = restore_log_from_lake(table, lake)
+        # also when verify found nothing: a log that lost its newest batches looks whole, the lake knows better
+        lake_enabled = table.info.options.get("table.datalake.enabled") == "true"
+        restored = restore_log_from_lake(table, lake) if lake_enabled else []
         if not restored:
             again.append(report)
             continue
@@ -122,5 +125,10 @@ def _restore_from_lake(
         left = {d.key for d in after.unrepaired}
         damage = tuple(d if d.key in left else dataclasses.replace(d, repaired=True) for d in report.damage)
         damage += tuple(d for d in after.damage if d.key not in {e.key for e in report.damage})
+        damage += tuple(  # restored from the lake though verify saw nothing there (a lost newest batch)
+            Damage(key, "missing (the lake had its records)", kind="log", repaired=True)
+            for key in restored
+            if key not in {d.key for d in damage}
+        )
         again.append(fl.IntegrityReport(report.table, report.checked, report.unverified, damage))
     return again

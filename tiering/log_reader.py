@@ -22,9 +22,11 @@ import polars as pl
 
 from fluss_lake.catalog import data_prefix
 from fluss_lake.io import layout
+from fluss_lake.io.checksum import corrupted
+from fluss_lake.kv.kv_snapshot import newest_snapshot_offset
 from fluss_lake.log.log_reads import read_buckets
 from fluss_lake.log.log_source import LogSource
-from fluss_lake.log.log_tablet import LogTablet
+from fluss_lake.log.log_tablet import LogTablet, batch_key
 from fluss_lake.table import Table
 
 __all__ = ["LiveOffsets", "LogReader", "live_offsets", "log_reader"]
@@ -80,8 +82,23 @@ class LogReader(LogSource):
                 tablet = self.log_tablet(b)
                 end = tablet.refresh()
                 earliest = tablet.earliest_offset
+            if self.live.is_primary_key_table:
+                self._check_end(b, end)
             found[b] = (earliest, end)
         return found
+
+    def _check_end(self, bucket: int, end: int) -> None:
+        """A primary-key bucket's log must reach the offset its newest state snapshot covers (the state is derived
+        from it): a shorter log lost its newest batches, and tiering would miss their changes."""
+        covered = newest_snapshot_offset(self.live.connection.store, layout.kv_prefix(self.prefix, bucket))
+        if covered is not None and end < covered:
+            raise corrupted(
+                batch_key(layout.log_prefix(self.prefix, bucket), end),
+                f"the log ends at offset {end} but the bucket's state snapshot covers changes up to {covered}: its "
+                "newest batches are missing (deleted or lost)",
+                what="log batch",
+                offsets=(end, covered),
+            )
 
     def end_offsets(self) -> dict[int, int]:
         """Log end offset of every bucket (fresh)."""

@@ -67,9 +67,10 @@ def restore_log_from_lake(live: Table, lake: Lake) -> list[str]:
                 live.connection.store, layout.log_prefix(prefix, bucket), bucket, checksums_required=info.checksums
             )
             check = log.verify()
-            if not check.damage:
-                continue
             tiered = snapshot.offset(bucket, name)
+            live_end = max((end for _, end, _ in check.spans), default=0)
+            if not check.damage and tiered <= live_end:
+                continue
             for start, end in _missing(check.spans, tiered):
                 if end > tiered:
                     continue  # not all in the lake: the damage stands
@@ -102,6 +103,10 @@ def _missing(spans: tuple[tuple[int, int, str], ...], tiered: int) -> Iterator[t
             yield base, following if following is not None else max(tiered, base + 1)
         elif following is not None and following > end:
             yield end, following
+        elif following is None and tiered > end:  # the newest batches are gone but the lake has them
+            yield end, tiered
+    if not spans and tiered > 0:
+        yield 0, tiered
 
 
 def _lake_rows(lake: Lake, iceberg: Any) -> pl.DataFrame:

@@ -23,7 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fluss_lake.catalog import data_prefix
 from fluss_lake.exceptions import LakeTableMismatchError
+from fluss_lake.io import layout
+from fluss_lake.io.checksum import corrupted
+from fluss_lake.log.log_tablet import batch_key
 from fluss_lake.metadata.table_path import TablePath
 from tiering.lake_snapshot import BucketKey as Key
 from tiering.lake_snapshot import LakeSnapshot
@@ -248,6 +252,19 @@ def _check_not_ahead(live: Table, starts: Mapping[Key, int], end: Mapping[Key, i
             if any(k[0] not in listed for k in ahead):
                 raise StalePlan(f"a partition of {live.path} was dropped or re-created during the round")
         shown = {(k if k[0] is not None else k[1]): found for k, found in ahead.items()}
+        if live.info.checksums:  # a table of this version: its log lost its newest batches (the lake has them)
+            (name, bucket), (tiered, live_end) = next(iter(ahead.items()))
+            part = live.partition(name).partition_info if name is not None else None
+            raise corrupted(
+                batch_key(layout.log_prefix(data_prefix(live.info, part), bucket), live_end),
+                f"the lake has tiered offsets up to {tiered} but the live log ends at {live_end} "
+                f"(bucket: (lake, live) {shown}): the live log lost its newest batches, or the live store was "
+                "replaced by an older copy",
+                what="log batch",
+                offsets=(live_end, tiered),
+                remedy="restore the batches with `fluss-lake check --repair` (from the lake), or, if the store was "
+                "replaced on purpose, drop the lake table (Lake.drop) and tier again",
+            )
         raise LakeTableMismatchError(
             f"the lake of {live.path} has tiered offsets beyond the live log end "
             f"(bucket: (lake, live) {shown}); was the live store replaced? Drop the lake "

@@ -32,7 +32,7 @@ from fluss_lake.kv.segment import (
     sealed_bytes,
 )
 
-__all__ = ["KvSnapshots", "StateCheck", "verify_snapshots"]
+__all__ = ["KvSnapshots", "StateCheck", "newest_snapshot_offset", "verify_snapshots"]
 
 _SNAPSHOT_SUFFIX = ".json"
 _SNAPSHOT_INTERVAL_SECONDS = 600
@@ -410,3 +410,14 @@ def verify_snapshots(snapshots: KvSnapshots, *, required: bool) -> StateCheck:
                 except CorruptedDataError as exc:
                     damage.append(exc)
     return StateCheck(checked, unverified, tuple(damage))
+
+
+def newest_snapshot_offset(store: ObjectStore, kv_prefix: str) -> int | None:
+    """The offset the newest state snapshot of a bucket covers up to, from the manifests' names (one listing, no
+    read): a log ending before it lost its newest batches."""
+    offsets = [
+        int(name.split("-", 1)[0])
+        for name in store.list(f"{kv_prefix}/snapshots")
+        if name.endswith(_SNAPSHOT_SUFFIX) and name.split("-", 1)[0].isdigit()
+    ]
+    return max(offsets, default=None)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from fluss_lake.exceptions import CommitConflictError, CorruptedDataError, OffsetOutOfRangeError
-from fluss_lake.io.checksum import corrupted, is_sealed, unseal
+from fluss_lake.io.checksum import corrupted, dumps_json, is_sealed, loads_json, unseal
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.log.log_batch import BatchHeader, LogBatch, SegmentReader, decode_batch, decode_header, encode_segment
 
@@ -37,6 +37,9 @@ __all__ = ["LogTablet", "LogCheck", "batch_key", "COMPACTION_GRACE_S"]
 _SUFFIX = ".arrow"
 _SEGMENT_SUFFIX = ".segment"
 _LEASE = "_compaction.lease"
+#: Where expiry (``table.log.ttl``) left the start of the log: written before it deletes, so a log that starts later
+#: than this record says lost its oldest objects.
+_START = "_log_start.json"
 #: Batches younger than this are never compacted; views older than half of it are re-listed before a commit.
 COMPACTION_GRACE_S = 600.0
 
@@ -127,8 +130,39 @@ class LogTablet:
         return header
 
     def _listing(self) -> tuple[list[int], dict[int, tuple[str, int]]]:
-        """Batch bases and, for batches that live in compacted segments, where (a batch in a segment wins)."""
+        """Batch bases and, for batches that live in compacted segments, where (a batch in a segment wins); a log
+        that starts later than expiry left it raises (its oldest objects are gone)."""
         names = self.store.list(self.prefix)
+        bases, sources = self._located(names)
+        if bases and bases[0] > 0:
+            self._check_start(bases[0], _START in names)
+        return bases, sources
+
+    def _check_start(self, first: int, recorded: bool) -> None:
+        """A log not starting at 0 must have been shortened by expiry, which records where it left the start."""
+        key = f"{self.prefix}/{_START}"
+        start = None
+        if recorded:
+            try:
+                start = int(loads_json(self.store.get(key), key=key, what="log start record")["start"])
+            except FileNotFoundError:
+                start = None
+            except (KeyError, TypeError, ValueError) as exc:
+                raise corrupted(key, f"it is not a log start record ({exc})", what="log start record") from exc
+        if start is None and not self.checksums_required:
+            return  # a log of an earlier version, which expired without a record
+        if start is None or first > start:
+            raise corrupted(
+                batch_key(self.prefix, start or 0),
+                f"the bucket's log starts at offset {first} but "
+                + (f"expiry left it starting at {start}" if start is not None else "it was never expired")
+                + ": its oldest batches are gone",
+                what="log batch",
+                offsets=(start or 0, first),
+            )
+
+    def _located(self, names: list[str]) -> tuple[list[int], dict[int, tuple[str, int]]]:
+        """Batch bases of a listing and the segment holding each batch that lives in one."""
         bases = {int(n[: -len(_SUFFIX)]) for n in names if n.endswith(_SUFFIX)}
         sources: dict[int, tuple[str, int]] = {}
         for name in sorted(n for n in names if n.endswith(_SEGMENT_SUFFIX)):
@@ -202,6 +236,15 @@ class LogTablet:
             self._known = self._load()
             if previous is not None:  # keep what we learnt of writers (idempotent retries)
                 self._known.writers = {**previous.writers, **self._known.writers}
+                if self._known.bases and self._known.end < previous.end:  # a log end never moves back
+                    now, lost = self._known.end, previous.bases[-1] if previous.bases else self._known.end
+                    self._known = previous  # keep the view that knew more
+                    raise corrupted(
+                        batch_key(self.prefix, lost),
+                        f"the bucket's newest batch is gone (the log ended at {previous.end}, now at {now})",
+                        what="log batch",
+                        offsets=(now, previous.end),
+                    )
         known = self._known
         known.seen_at = time.monotonic()
         while True:
@@ -269,6 +312,7 @@ class LogTablet:
             self._relist()
             bases, sources = self._known.bases, self._known.sources
             removed = 0
+            doomed: list[str] = []
             while removed < len(bases) - 1:
                 base = bases[removed]
                 source = sources.get(base)
@@ -286,8 +330,12 @@ class LogTablet:
                     continue
                 if header.commit_ts >= cutoff_ms:  # commit times never decrease: the rest is younger
                     break
-                self.store.delete(source[0] if source else batch_key(self.prefix, base))
+                doomed.append(source[0] if source else batch_key(self.prefix, base))
                 removed = following
+            if doomed:  # the new start is recorded first: a log starting later than it lost objects
+                self.store.put(f"{self.prefix}/{_START}", dumps_json({"start": bases[removed]}))
+                for key in doomed:
+                    self.store.delete(key)
             for base in bases[:removed]:
                 sources.pop(base, None)
             del bases[:removed]
@@ -568,6 +616,11 @@ class LogTablet:
                 damage.append(exc)
                 spans.append((base, -1, key))  # its end is unknown: the next batch's base tells
         spans.sort()
+        if spans and spans[0][0] > 0:
+            try:
+                self._check_start(spans[0][0], _START in names)
+            except CorruptedDataError as exc:
+                damage.append(exc)
         for (base, end, _), (next_base, _, next_key) in itertools.pairwise(spans):
             if end >= 0 and next_base != end and next_base != base:
                 damage.append(

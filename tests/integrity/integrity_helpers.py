@@ -561,28 +561,11 @@ def _every_path(target: str, damage: str, reason: str) -> dict[tuple[str, str, s
 #: Cells that fail today, and why (run as strict xfails: they must start passing when the core is fixed).
 XFAIL: dict[tuple[str, str, str], str] = {
     **_every_path(
-        "log-segment@oldest",
-        "delete",
-        "deleting a bucket's oldest object looks like table.log.ttl expiry: nothing records where expiry left the "
-        "log start, so LogTablet.earliest_offset moves on and the shortened log is read without an error",
-    ),
-    ("pk-log-batch@covered", "delete", "tiering"): (
-        "tiering reads a primary-key table's changelog through its own LogTablet (tiering/log_reader.py) and never "
-        "compares the log end with the bucket's state snapshot offset (KvTablet.catch_up does): the lake misses the "
-        "deleted batch's records"
-    ),
-    **_every_path(
         "table-meta",
         "delete",
         "deleting a table's newest metadata version silently reverts the table to the previous one: "
         "Catalog.get_table_info reads the highest version present, nothing records how many there were, and log "
         "batches whose header names the newer schema id are read with the older schema (a column goes missing)",
-    ),
-    **_every_path(
-        "table-meta",
-        "swap",
-        "a metadata version does not record its own version number: v000001 holding v000000's (valid, sealed) "
-        "document reads as the older schema (Catalog.get_table_info)",
     ),
     **_every_path(
         "partition-record",

@@ -7,7 +7,8 @@ write). Once anything did record it, the loss is raised as :class:`~fluss_lake.C
 * this process's view of the log (it read up to that offset before the batch vanished);
 * a primary-key bucket's state snapshot past the batch (``pk-log-batch@covered/delete`` in the matrix);
 * a job checkpoint that consumed it;
-* a lake snapshot that tiered it (today the round refuses with ``LakeTableMismatchError``, naming no object: xfail).
+* a lake snapshot that tiered it (the round raises ``CorruptedDataError`` naming the missing batch; ``fluss-lake
+  check --repair`` restores it from the lake).
 """
 
 from __future__ import annotations
@@ -70,11 +71,6 @@ def test_a_newest_batch_a_job_consumed_is_missed(pristine: Pristine, copy_store:
     check_error(raised.value, _case("pk-log-batch@newest", "delta-join", key, partner, tmp_path))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a tiering round sees the lake's offsets past the live log end but raises LakeTableMismatchError (\"was "
-    "the live store replaced?\"), naming no object, instead of a CorruptedDataError naming the bucket's missing batch",
-)
 def test_a_newest_batch_the_lake_tiered_is_missed(pristine: Pristine, copy_store: CopyStore, tmp_path: Path) -> None:
     target = TARGETS["log-batch@newest"]
     source = pristine(target.store)

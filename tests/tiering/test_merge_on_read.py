@@ -228,7 +228,7 @@ def test_bad_compaction_policies_are_refused(local):
     before = lake.load(live.path).current_snapshot().snapshot_id
     for bad in ({"delete_ratio": 0}, {"delete_ratio": 1.5}, {"max_delete_files": 0}, {"max_manifests": 1},
                 {"check_every": 0}):
-        with pytest.raises(InvalidConfigError, match="must be"):
+        with pytest.raises(InvalidConfigError, match=r"must be|pass a (whole )?number"):
             compact_table(live, lake, policy=CompactionPolicy(**bad))
     assert lake.load(live.path).current_snapshot().snapshot_id == before
     conn.create_table("d.ev", schema={"v": "INT"}, options=LAKE_ON)
