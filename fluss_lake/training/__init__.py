@@ -12,6 +12,12 @@ from fluss_lake.training.decision_log import (
     log_decisions,
     reconstruct_decisions,
 )
+from fluss_lake.training.feature_log import (
+    FEATURE_LOG_SCHEMA,
+    create_feature_log,
+    log_served_features,
+    served_features,
+)
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import SYSTEM_COLUMNS, history_of, history_source
 from fluss_lake.training.online import STATUS, OnlineFeatures, online_features
@@ -20,17 +26,21 @@ from fluss_lake.training.training_set import register_training_set, training_set
 
 __all__ = [
     "DECISION_LOG_SCHEMA",
+    "FEATURE_LOG_SCHEMA",
     "STATUS",
     "SYSTEM_COLUMNS",
     "FeatureView",
     "OnlineFeatures",
     "create_decision_log",
+    "create_feature_log",
     "history_of",
     "history_source",
     "log_decision",
     "log_decisions",
+    "log_served_features",
     "online_features",
     "reconstruct_decisions",
+    "served_features",
     "register_training_set",
     "state_as_of",
     "training_set",

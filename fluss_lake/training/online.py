@@ -24,9 +24,10 @@ Rows stay in input order (duplicates too); a null key, an absent or deleted key,
 from __future__ import annotations
 
 import threading
+import uuid
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal, overload
 
@@ -45,6 +46,7 @@ from fluss_lake.log.log_tablet import LogTablet
 from fluss_lake.metadata.partition import with_partition_names
 from fluss_lake.table import Table
 from fluss_lake.training._rules import INTERNAL_PREFIX, check_names, common_key_dtype, within_ttl
+from fluss_lake.training.feature_log import log_served_features
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import as_utc, time_expr
 
@@ -77,6 +79,8 @@ class OnlineFeatures:
         (commit-time views) or the row's event time (event-time views); null where no value is served.
     views
         The views, in the order given.
+    request_id
+        The id under which the answer was logged (``log=``), else None.
     """
 
     frame: pl.DataFrame
@@ -84,6 +88,7 @@ class OnlineFeatures:
     status: tuple[pl.Series, ...]
     value_times: tuple[pl.Series, ...]
     views: tuple[FeatureView, ...]
+    request_id: str | None = None
 
 
 @overload
@@ -93,6 +98,8 @@ def online_features(
     *,
     now: datetime | date | str | None = None,
     with_status: Literal[False] = False,
+    log: Table | None = None,
+    request_id: str | None = None,
 ) -> pl.DataFrame: ...
 
 
@@ -103,6 +110,8 @@ def online_features(
     *,
     now: datetime | date | str | None = None,
     with_status: Literal[True],
+    log: Table | None = None,
+    request_id: str | None = None,
 ) -> OnlineFeatures: ...
 
 
@@ -112,6 +121,8 @@ def online_features(
     *,
     now: datetime | date | str | None = None,
     with_status: bool = False,
+    log: Table | None = None,
+    request_id: str | None = None,
 ) -> pl.DataFrame | OnlineFeatures:
     """The feature values of every view for each entity row, as a training set would give them at `now`.
 
@@ -129,6 +140,9 @@ def online_features(
         be earlier than their latest commits.
     with_status
         Return an :class:`OnlineFeatures` (frame, statuses, value times) instead of the frame.
+    log, request_id
+        Append the answer to this served-feature log table (:func:`~fluss_lake.training.create_feature_log`)
+        under `request_id` (default: a new UUID) before returning; a failed log write fails the call.
 
     Examples
     --------
@@ -150,7 +164,7 @@ def online_features(
         raise InvalidConfigError("online_features needs one or more FeatureView objects")
     remote = [v for v in views if v.table is not None and not isinstance(v.table, Table)]
     if remote:
-        return _delegate(entity_rows, views, remote, now=now, with_status=with_status)
+        return _delegate(entity_rows, views, remote, now=now, with_status=with_status, log=log, request_id=request_id)
     for view in views:
         _check_online(view)
     entities = _entity_frame(entity_rows)
@@ -164,15 +178,18 @@ def online_features(
             outputs[index] = _view_values(rows, view, now_expr)
     columns = [s for i in range(len(views)) for s in outputs[i][0]]
     frame = entities.with_columns(columns) if columns else entities
-    if not with_status:
-        return frame
-    return OnlineFeatures(
+    result = OnlineFeatures(
         frame,
         when,
         tuple(outputs[i][1] for i in range(len(views))),
         tuple(outputs[i][2] for i in range(len(views))),
         tuple(views),
     )
+    if log is not None:
+        request_id = request_id or uuid.uuid4().hex
+        log_served_features(log, result, request_id=request_id)
+        result = replace(result, request_id=request_id)
+    return result if with_status else frame
 
 
 def _delegate(
@@ -182,6 +199,8 @@ def _delegate(
     *,
     now: datetime | date | str | None,
     with_status: bool,
+    log: Any,
+    request_id: str | None,
 ) -> pl.DataFrame | OnlineFeatures:
     """Views of a served store: its connection answers (one request for every view)."""
     connections = {id(getattr(v.table, "connection", None)): getattr(v.table, "connection", None) for v in views}
@@ -192,7 +211,9 @@ def _delegate(
             "online_features takes views of one served store, or views of live tables, not a mix; "
             f"got tables {[type(v.table).__name__ for v in views]}"
         )
-    result: pl.DataFrame | OnlineFeatures = answer(entity_rows, views, now=now, with_status=with_status)
+    result: pl.DataFrame | OnlineFeatures = answer(
+        entity_rows, views, now=now, with_status=with_status, log=log, request_id=request_id
+    )
     return result
 
 
