@@ -263,7 +263,11 @@ class FlussLakeServer(flight.FlightServerBase):
         if config.http_port is not None:
             from serving.http_api import FeastHttpServer
 
-            self.http = FeastHttpServer(self, port=config.http_port)
+            try:
+                self.http = FeastHttpServer(self, port=config.http_port)
+            except BaseException:
+                self.shutdown()  # nothing keeps listening after a failed start
+                raise
         self._reporter = threading.Thread(target=self._report, name="serving-progress", daemon=True)
         self._reporter.start()
 
