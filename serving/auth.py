@@ -69,8 +69,8 @@ class TokenSet:
 
     Examples
     --------
-    >>> tokens = TokenSet.from_json({"tokens": [{"name": "s", "token": "abc", "tables": ["shop.*"]}]})
-    >>> tokens.find("abc").name, tokens.find("nope")
+    >>> tokens = TokenSet.from_json({"tokens": [{"name": "s", "token": "abcdefgh", "tables": ["shop.*"]}]})
+    >>> tokens.find("abcdefgh").name, tokens.find("nope")
     ('s', None)
     """
 

@@ -59,7 +59,10 @@ def _lines(stream) -> queue.Queue:
 
 def _wait_for(lines: queue.Queue, pattern: str, seen: list[str]) -> re.Match:
     while True:
-        line = lines.get(timeout=60)
+        try:
+            line = lines.get(timeout=60)
+        except queue.Empty:
+            raise AssertionError(f"no line matching {pattern!r}; the server said {seen}") from None
         seen.append(line)
         match = re.search(pattern, line)
         if match:
@@ -85,6 +88,9 @@ def test_served_from_its_own_process_with_a_graceful_stop(conn, tmp_path):
             encode_command("lookup", table="shop.customer")))
         writer.begin(pa.schema([("id", pa.int64())]))
         writer.write_table(pa.table({"id": [1]}))
+        with serving.connect(location) as client:  # wait until the server is handling it (this call is the other)
+            while client.metrics()["in_flight"] < 2:
+                pass
         process.send_signal(signal.SIGTERM)
         _wait_for(lines, r"draining 1 request", seen)
         writer.write_table(pa.table({"id": [3]}))
