@@ -101,8 +101,10 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         )
         server = FlussLakeServer(config)
         if config.log_table:
+            from fluss_lake.metadata.table_path import TablePath
             from fluss_lake.training import create_feature_log
 
+            server.connection.create_database(TablePath.of(config.log_table).database, ignore_if_exists=True)
             create_feature_log(server.connection, config.log_table)
     except FlussLakeError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
