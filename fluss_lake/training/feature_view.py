@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 from fluss_lake.options import parse_duration_ms
 from fluss_lake.table import Table
-from fluss_lake.training.history import ALL_SYSTEM_COLUMNS, check_history, history_of
+from fluss_lake.training.history import ALL_SYSTEM_COLUMNS, check_history, history_source
 
 __all__ = ["FeatureView"]
 
@@ -45,7 +48,10 @@ class FeatureView:
     prefix
         Prepended to every returned feature column (e.g. ``"customer__"``) to avoid name clashes.
     name
-        Shown in error messages.
+        Shown in error messages (and in the served-feature log).
+    table
+        The live primary-key table behind the history, if any (:meth:`from_table` sets it): what
+        :func:`~fluss_lake.training.online_features` reads the current values from. Its primary key must be `keys`.
 
     Examples
     --------
@@ -67,6 +73,7 @@ class FeatureView:
     ttl: timedelta | str | None = None
     prefix: str = ""
     name: str = ""
+    table: Table | None = None
     _schema: pl.Schema = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -147,6 +154,10 @@ class FeatureView:
     ) -> FeatureView:
         """A view of a live primary-key table keyed by its primary key (history: `lake` + the live tail).
 
+        Nothing is read when the view is made: a training set reads the history when it is computed
+        (:func:`~fluss_lake.training.history.history_source`: the live tail as of then), online features read the
+        table's current rows, so one view serves both.
+
         Examples
         --------
         >>> import tempfile, fluss_lake as fl
@@ -156,7 +167,7 @@ class FeatureView:
         ['customer__tier']
         """
         return cls(
-            history_of(table, lake=lake),
+            history_source(table, lake=lake),
             keys=table.schema.primary_key,
             features=features,
             entity_keys=entity_keys,
@@ -165,4 +176,46 @@ class FeatureView:
             ttl=ttl,
             prefix=prefix,
             name=str(table.path),
+            table=table,
         )
+
+    def definition(self) -> dict[str, Any]:
+        """The view's rules as JSON-ready data (what a served store rebuilds the view from, and what its
+        :attr:`version` hashes); needs a view with a :attr:`table`.
+
+        Examples
+        --------
+        >>> import tempfile, fluss_lake as fl
+        >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+        >>> _ = conn.create_table("d.c", schema={"id": "INT", "tier": "STRING"}, primary_key=["id"])
+        >>> view = FeatureView.from_table(conn.get_table("d.c"), ttl="1 d", prefix="c__")
+        >>> view.definition()["table"], view.definition()["ttl_us"]
+        ('d.c', 86400000000)
+        """
+        if self.table is None:
+            raise InvalidConfigError(
+                f"{self.label} has no live table; make it with FeatureView.from_table(table, ...) or pass table="
+            )
+        ttl = self.ttl
+        assert ttl is None or isinstance(ttl, timedelta)
+        return {
+            "table": str(self.table.path),
+            "keys": list(self.keys),
+            "features": list(self.features or ()),
+            "entity_keys": list(self.entity_keys) if self.entity_keys is not None else None,
+            "event_time": self.event_time,
+            "committed_only": self.committed_only,
+            "ttl_us": None if ttl is None else ttl // timedelta(microseconds=1),
+            "prefix": self.prefix,
+            "name": self.name,
+        }
+
+    @property
+    def version(self) -> str:
+        """A short hash of the view's rules and of its table's identity and schema version: it changes when the
+        definition or the table's schema does (the served-feature log records it per request)."""
+        table = self.table
+        identity = {} if table is None else {"table_id": table.info.table_id, "schema_id": table.schema.schema_id}
+        rules = self.definition() if table is not None else {"keys": list(self.keys), "name": self.name}
+        text = json.dumps({**rules, **identity}, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -23,11 +23,12 @@ offsets are keyed by ``(partition name, bucket)``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
 from typing import Final, Literal
 
 import polars as pl
+from polars.io.plugins import register_io_source
 
 from fluss_lake.exceptions import (
     IncompleteHistoryError,
@@ -49,6 +50,7 @@ __all__ = [
     "ChangeType",
     "check_history",
     "history_of",
+    "history_source",
     "with_partition_name",
 ]
 
@@ -168,15 +170,7 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
     >>> history_of(t).collect()["__change_type"].to_list()
     ['+I', '-D']
     """
-    if not table.is_primary_key_table:
-        raise UnsupportedOperationError(
-            f"{table.path} is a log table; history (and training sets, state as of a time) need a primary-key table"
-        )
-    if table.partition_info is not None:
-        raise UnsupportedOperationError(
-            f"history_of takes the whole table {table.path}, not the handle of partition "
-            f"{table.partition_name!r}; filter the frame on __partition instead"
-        )
+    _check_table(table)
     partitioned = table.is_partitioned
     earliest = table.earliest_offsets()
     if lake is None:
@@ -188,22 +182,8 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
                 "complete"
             )
         return _live_changelog(table, None).lazy()
-    lake = lake.lazy()
+    lake = _lake_frame(table, lake)
     schema = lake.collect_schema()
-    check_history(schema, what=f"lake history of {table.path}")
-    if partitioned and PARTITION not in schema:
-        missing = [k for k in table.partition_keys if k not in schema]
-        if missing:
-            raise SchemaMismatchError(
-                f"lake history of {table.path} lacks partition column(s) {missing} and "
-                f"{PARTITION}; pass the lake's history table (tiering.read_history)"
-            )
-        lake = with_partition_name(lake, table.partition_keys, schema)
-        schema = lake.collect_schema()
-    elif not partitioned and PARTITION in schema:
-        raise SchemaMismatchError(
-            f"{table.path} is not partitioned but the lake history has {PARTITION}; is it the history of another table?"
-        )
     if partitioned:  # lake records of an older incarnation of a partition name do not count for its offsets
         created = pl.LazyFrame(
             {
@@ -229,11 +209,112 @@ def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None)
             "than table.log.ttl, or raise the TTL"
         )
     live = _live_changelog(table, start).lazy()
-    columns = [*table.schema.names, CHANGE_TYPE, *([PARTITION] if partitioned else []), BUCKET, OFFSET, TIMESTAMP]
-    lake_part = lake.select([c for c in columns if c in schema]).with_columns(
+    return pl.concat([_lake_part(table, lake, schema), live], how="diagonal_relaxed").select(_columns(table))
+
+
+def _check_table(table: Table) -> None:
+    """A history is that of a whole primary-key table."""
+    if not table.is_primary_key_table:
+        raise UnsupportedOperationError(
+            f"{table.path} is a log table; history (and training sets, state as of a time) need a primary-key table"
+        )
+    if table.partition_info is not None:
+        raise UnsupportedOperationError(
+            f"history_of takes the whole table {table.path}, not the handle of partition "
+            f"{table.partition_name!r}; filter the frame on __partition instead"
+        )
+
+
+def _columns(table: Table) -> list[str]:
+    """The columns of a table's history frame, in order."""
+    partition = [PARTITION] if table.is_partitioned else []
+    return [*table.schema.names, CHANGE_TYPE, *partition, BUCKET, OFFSET, TIMESTAMP]
+
+
+def _live_schema(table: Table) -> pl.Schema:
+    """The schema of the live part of a table's history frame (what :func:`_live_changelog` gives)."""
+    partition = {PARTITION: pl.String()} if table.is_partitioned else {}
+    return pl.Schema(
+        {
+            **table.schema.polars_schema,
+            CHANGE_TYPE: pl.String(),
+            **partition,
+            BUCKET: pl.Int32(),
+            OFFSET: pl.Int64(),
+            TIMESTAMP: HISTORY_TIME_DTYPE,
+        }
+    )
+
+
+def _lake_frame(table: Table, lake: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+    """The lake's history frame, checked against the table, with ``__partition`` on a partitioned table (lazy)."""
+    lake = lake.lazy()
+    schema = lake.collect_schema()
+    check_history(schema, what=f"lake history of {table.path}")
+    partitioned = table.is_partitioned
+    if partitioned and PARTITION not in schema:
+        missing = [k for k in table.partition_keys if k not in schema]
+        if missing:
+            raise SchemaMismatchError(
+                f"lake history of {table.path} lacks partition column(s) {missing} and "
+                f"{PARTITION}; pass the lake's history table (tiering.read_history)"
+            )
+        lake = with_partition_name(lake, table.partition_keys, schema)
+    elif not partitioned and PARTITION in schema:
+        raise SchemaMismatchError(
+            f"{table.path} is not partitioned but the lake history has {PARTITION}; is it the history of another table?"
+        )
+    return lake
+
+
+def _lake_part(table: Table, lake: pl.LazyFrame, schema: Mapping[str, pl.DataType]) -> pl.LazyFrame:
+    """The lake frame's history columns with the system columns in their history dtypes (lazy)."""
+    return lake.select([c for c in _columns(table) if c in schema]).with_columns(
         pl.col(TIMESTAMP).cast(HISTORY_TIME_DTYPE),
         pl.col(BUCKET).cast(pl.Int32),
         pl.col(OFFSET).cast(pl.Int64),
         pl.col(CHANGE_TYPE).cast(pl.String),
     )
-    return pl.concat([lake_part, live], how="diagonal_relaxed").select(columns)
+
+
+def history_source(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None) -> pl.LazyFrame:
+    """:func:`history_of`, read only when the frame is collected (the live tail as of then); nothing is read now.
+
+    What :meth:`FeatureView.from_table <fluss_lake.training.FeatureView.from_table>` holds: a view costs nothing
+    until a training set reads it, so the same views serve online features (which read only current state).
+    Projections reach the lake frame; :class:`~fluss_lake.IncompleteHistoryError` is raised when collected.
+
+    Examples
+    --------
+    >>> import tempfile, fluss_lake as fl
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.t", schema={"k": "INT", "v": "STRING"}, primary_key=["k"])
+    >>> t = conn.get_table("d.t")
+    >>> history = history_source(t)   # nothing read yet
+    >>> _ = t.upsert([{"k": 1, "v": "a"}])
+    >>> history.collect()["v"].to_list()
+    ['a']
+    """
+    _check_table(table)
+    live = _live_schema(table)
+    if lake is None:
+        schema = live
+    else:
+        lake = _lake_frame(table, lake)
+        parts = [_lake_part(table, lake, lake.collect_schema()), pl.LazyFrame(schema=live)]
+        schema = pl.concat(parts, how="diagonal_relaxed").select(_columns(table)).collect_schema()
+    lake_frame = lake
+
+    def read(
+        with_columns: list[str] | None, predicate: pl.Expr | None, n_rows: int | None, _batch_size: int | None
+    ) -> Iterator[pl.DataFrame]:
+        frame = history_of(table, lake=lake_frame)
+        if predicate is not None:
+            frame = frame.filter(predicate)
+        if with_columns is not None:
+            frame = frame.select(with_columns)
+        if n_rows is not None:
+            frame = frame.head(n_rows)
+        yield frame.collect()
+
+    return register_io_source(read, schema=schema, explain_name=f"history of {table.path}")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
+from fluss_lake.training._rules import INTERNAL_PREFIX, check_names, common_key_dtype, within_ttl
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import (
     BUCKET,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["register_training_set", "training_set"]
 
-_INTERNAL = "__fl_"
+_INTERNAL = INTERNAL_PREFIX
 _ROW = "__fl_row"
 _TS = "__fl_ts"
 
@@ -88,7 +89,7 @@ def training_set(
         )
     lazy = entities.lazy()
     schema = lazy.collect_schema()
-    _check_names(schema, views, timestamp_column)
+    check_names(schema, views, timestamp_column)
     if isinstance(entities, pl.DataFrame):
         _check_years(entities.get_column(timestamp_column))
     dtypes = [
@@ -128,58 +129,12 @@ def _check_years(times: pl.Series) -> None:
         )
 
 
-def _check_names(schema: pl.Schema, views: list[FeatureView], timestamp_column: str) -> None:
-    """Reject missing entity columns and clashing output names before any work."""
-    if timestamp_column not in schema:
-        raise SchemaMismatchError(
-            f"the entity frame has no prediction time column {timestamp_column!r} (columns: "
-            f"{schema.names()}); pass timestamp_column="
-        )
-    internal = [c for c in schema if c.startswith(_INTERNAL)]
-    if internal:
-        raise SchemaMismatchError(f"entity columns {internal} use the reserved prefix {_INTERNAL!r}; rename them")
-    seen: dict[str, str] = {c: "the entity frame" for c in schema}
-    for view in views:
-        missing = [e for e, _ in view.key_pairs() if e not in schema]
-        if missing:
-            raise SchemaMismatchError(
-                f"{view.label}: the entity frame lacks key column(s) {missing}; pass "
-                "entity_keys= to name the entity columns matching the view's keys"
-            )
-        for name in view.output_names():
-            if name.startswith(_INTERNAL):
-                raise InvalidConfigError(
-                    f"{view.label}: output column {name!r} uses the reserved prefix "
-                    f"{_INTERNAL!r}; give the view another prefix="
-                )
-            if name in seen:
-                raise InvalidConfigError(
-                    f"{view.label}: output column {name!r} clashes with {seen[name]}; give the "
-                    "view a prefix= (e.g. 'customer__') or select fewer features"
-                )
-            seen[name] = view.label
-
-
-def _common_key_dtype(left: pl.DataType, right: pl.DataType, what: str) -> pl.DataType | None:
-    """The dtype both key columns are compared in (None: they already agree)."""
-    if left == right:
-        return None
-    if left.is_integer() and right.is_integer():
-        return pl.concat(
-            [pl.DataFrame(schema={"k": left}), pl.DataFrame(schema={"k": right})], how="vertical_relaxed"
-        ).schema["k"]
-    stringy = (pl.String, pl.Categorical, pl.Enum)
-    if isinstance(left, stringy) and isinstance(right, stringy):
-        return pl.String()
-    raise SchemaMismatchError(f"{what}: entity key is {left} but the history key is {right}; cast one side")
-
-
 def _join_view(frame: pl.LazyFrame, schema: pl.Schema, view: FeatureView, i: int, unit: str) -> pl.LazyFrame:
     """As-of join one view onto the (time-sorted) entity frame and null out deleted or expired values."""
     ct, tn = f"{_INTERNAL}ct{i}", f"{_INTERNAL}t{i}"
     by_left, by_right, left_casts, right_keys = [], [], [], []
     for j, (entity_col, hist_col) in enumerate(view.key_pairs()):
-        common = _common_key_dtype(schema[entity_col], view.schema[hist_col], f"{view.label} key {hist_col!r}")
+        common = common_key_dtype(schema[entity_col], view.schema[hist_col], f"{view.label} key {hist_col!r}")
         rk = f"{_INTERNAL}k{i}_{j}"
         right_keys.append(pl.col(hist_col).cast(common or view.schema[hist_col]).alias(rk))
         by_right.append(rk)
@@ -246,7 +201,7 @@ def _join_view(frame: pl.LazyFrame, schema: pl.Schema, view: FeatureView, i: int
             joined = _join_committed(frame, ranked, view, i, by_left, by_right, tn)
     valid = pl.col(ct).not_()  # ct: "the record is a delete"; null when no record matched
     if view.ttl is not None:
-        valid = valid & (pl.col(tn) >= pl.col(_TS) - pl.lit(view.ttl))
+        valid = valid & within_ttl(pl.col(tn), pl.col(_TS), view.ttl)
     masked = joined.with_columns(pl.when(valid).then(pl.col(n)).otherwise(None).alias(n) for n in names)
     return masked.select(pl.exclude(f"^{_INTERNAL}(ct|t|k|lk|ord|best){i}.*$"))
 

@@ -1,0 +1,443 @@
+"""The Python client of ``fluss-lake serve``: a connection and tables with the verbs of the local ones.
+
+``serving.connect("grpc://host:port", token=...)`` gives a :class:`RemoteConnection`; its
+:meth:`~RemoteConnection.get_table` gives a :class:`RemoteTable` with the read and write verbs of
+:class:`fluss_lake.Table` (``lookup``, ``prefix_lookup``, ``limit_scan``, ``changelog``, ``scan_log``,
+``to_polars``, ``append``, ``upsert``, ``delete``, offsets and metadata), returning the same polars frames and
+raising the same :class:`~fluss_lake.FlussLakeError` subclasses. ``FeatureView.from_table(remote_table, ...)``
+makes a view of a served table, and :func:`fluss_lake.training.online_features` answers views of a served store
+through its server (one request for all views), so scoring code moves between embedded and served unchanged.
+
+(Why ``serving.connect`` and not ``fluss_lake.connect("grpc://...")``: the core never imports ``serving``, and a
+runtime plugin hook would make ``fluss_lake.connect`` return an object that is not a ``Connection``;
+``docs/SERVING.md`` says more.)
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from fluss_lake.exceptions import InvalidConfigError
+from fluss_lake.metadata.conform import to_frame
+from fluss_lake.metadata.descriptor import TableInfo
+from fluss_lake.metadata.partition import PartitionInfo
+from fluss_lake.metadata.schema import Schema
+from fluss_lake.metadata.table_path import TablePath
+from fluss_lake.training import STATUS, FeatureView, OnlineFeatures
+from fluss_lake.training.history import as_utc
+from fluss_lake.write.write_result import WriteResult
+from serving.protocol import encode_command, from_flight_error, offsets_from_json, offsets_to_json
+from serving.server import STATUS_PREFIX, TIME_PREFIX
+
+__all__ = ["RemoteConnection", "RemoteTable", "connect"]
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Flight errors back into the library's errors."""
+    try:
+        yield
+    except flight.FlightError as exc:
+        raise from_flight_error(exc) from None
+
+
+def _frame(table: pa.Table) -> pl.DataFrame:
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def connect(
+    url: str,
+    *,
+    token: str | None = None,
+    tls_root_certs: str | bytes | None = None,
+    timeout: float | None = 60.0,
+) -> RemoteConnection:
+    """Connect to ``fluss-lake serve`` at `url` (``grpc://host:port``, or ``grpc+tls://host:port`` with TLS).
+
+    Parameters
+    ----------
+    token
+        The bearer token (``$FLUSS_LAKE_TOKEN`` is not read implicitly: pass it).
+    tls_root_certs
+        PEM certificate(s) to trust (a path or the bytes), for a server with its own certificate.
+    timeout
+        Seconds each call may take (None: no limit).
+
+    Examples
+    --------
+    >>> import tempfile, serving
+    >>> server = serving.FlussLakeServer(serving.ServerConfig(store=tempfile.mkdtemp(), port=0))
+    >>> remote = serving.connect(server.location)
+    >>> remote.health()["status"], remote.list_databases()
+    ('ok', [])
+    >>> server.stop()
+    """
+    return RemoteConnection(url, token=token, tls_root_certs=tls_root_certs, timeout=timeout)
+
+
+class RemoteConnection:
+    """A handle on a served store: the reading admin verbs, its tables, online features, health and metrics."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        tls_root_certs: str | bytes | None = None,
+        timeout: float | None = 60.0,
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(("grpc://", "grpc+tcp://", "grpc+tls://")):
+            raise InvalidConfigError(
+                f"serving.connect takes a grpc://host:port or grpc+tls://host:port URL, got {url!r}"
+            )
+        certs = tls_root_certs
+        if isinstance(certs, str):
+            certs = Path(certs).read_bytes()
+        self.url = url
+        self._client = flight.FlightClient(url, tls_root_certs=certs) if certs else flight.FlightClient(url)
+        headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        self._options = flight.FlightCallOptions(headers=headers, timeout=timeout)
+        self._tables: dict[str, RemoteTable] = {}
+
+    # ------------------------------------------------------------ transport
+    def _action(self, kind: str, **body: Any) -> Any:
+        with _errors():
+            results = list(self._client.do_action(flight.Action(kind, json.dumps(body).encode()), self._options))
+        return json.loads(results[0].body.to_pybytes())
+
+    def _exchange(self, command: bytes, data: pa.Table) -> pa.Table:
+        with _errors():
+            writer, reader = self._client.do_exchange(flight.FlightDescriptor.for_command(command), self._options)
+            with writer:
+                writer.begin(data.schema)
+                writer.write_table(data)
+                writer.done_writing()
+                return reader.read_all()
+
+    def _get(self, command: bytes) -> pa.Table:
+        with _errors():
+            return self._client.do_get(flight.Ticket(command), self._options).read_all()
+
+    def _put(self, command: bytes, data: pa.Table) -> dict[str, Any]:
+        with _errors():
+            writer, metadata = self._client.do_put(
+                flight.FlightDescriptor.for_command(command), data.schema, self._options
+            )
+            with writer:
+                writer.write_table(data)
+                writer.done_writing()
+                answer = metadata.read()
+        if answer is None:
+            raise InvalidConfigError("the server sent no write result")
+        result: dict[str, Any] = json.loads(answer.to_pybytes())
+        return result
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._client.close()
+
+    def __enter__(self) -> RemoteConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ verbs
+    def health(self) -> dict[str, Any]:
+        """The server's liveness answer (no token needed)."""
+        result: dict[str, Any] = self._action("health")
+        return result
+
+    def ready(self) -> dict[str, Any]:
+        """Readiness: the server reached its store."""
+        result: dict[str, Any] = self._action("ready")
+        return result
+
+    def metrics(self) -> dict[str, Any]:
+        """Per-table request counters and latency histograms since the server started."""
+        result: dict[str, Any] = self._action("metrics")
+        return result
+
+    def list_databases(self) -> list[str]:
+        """Databases with tables this token reaches."""
+        result: list[str] = self._action("list_databases")
+        return result
+
+    def list_tables(self, database: str) -> list[str]:
+        """Tables of `database` this token reaches."""
+        result: list[str] = self._action("list_tables", database=database)
+        return result
+
+    def table_exists(self, path: str | TablePath) -> bool:
+        """Whether the table exists (and this token reaches it)."""
+        path = TablePath.of(path)
+        return path.table in self.list_tables(path.database)
+
+    def get_table_info(self, path: str | TablePath) -> TableInfo:
+        """The table's metadata."""
+        return TableInfo.from_json(self._action("table_info", table=str(TablePath.of(path))))
+
+    def get_table(self, path: str | TablePath) -> RemoteTable:
+        """A :class:`RemoteTable` (one per table per connection; metadata read now)."""
+        name = str(TablePath.of(path))
+        info = self.get_table_info(name)
+        table = self._tables.get(name)
+        if table is None or table.info.table_id != info.table_id:
+            table = self._tables[name] = RemoteTable(self, info)
+        else:
+            table._info = info
+        return table
+
+    def online_features(
+        self,
+        entity_rows: Any,
+        views: FeatureView | Sequence[FeatureView],
+        *,
+        now: datetime | date | str | None = None,
+        with_status: bool = False,
+        log: Any = None,
+        request_id: str | None = None,
+    ) -> pl.DataFrame | OnlineFeatures:
+        """:func:`fluss_lake.training.online_features`, answered by the server (one request for every view).
+
+        `log` names the served-feature log (a table path or a table of this store); the server appends the
+        answer there under `request_id` (default: a new UUID).
+        """
+        views = [views] if isinstance(views, FeatureView) else list(views)
+        definitions = [v.definition() for v in views]
+        if isinstance(entity_rows, pl.DataFrame):
+            entities = entity_rows
+        else:
+            from fluss_lake.training.online import _entity_frame
+
+            entities = _entity_frame(entity_rows)
+        log_name = None if log is None else str(getattr(log, "path", log))
+        request_id = request_id or (uuid.uuid4().hex if log_name else None)
+        command = encode_command(
+            "online_features",
+            views=definitions,
+            now=None if now is None else as_utc(now, what="now").isoformat(),
+            with_status=True,
+            log=log_name,
+            request_id=request_id,
+        )
+        out = _frame(self._exchange(command, entities.to_arrow()))
+        status = [out.get_column(f"{STATUS_PREFIX}{i}").cast(STATUS) for i in range(len(views))]
+        times = [out.get_column(f"{TIME_PREFIX}{i}") for i in range(len(views))]
+        frame = out.drop([c for c in out.columns if c.startswith((STATUS_PREFIX, TIME_PREFIX))])
+        if not with_status:
+            return frame
+        when = as_utc(now, what="now") if now is not None else None
+        return OnlineFeatures(
+            frame,
+            when if when is not None else datetime.now().astimezone(),
+            tuple(s.alias(v.name or v.prefix or "status") for s, v in zip(status, views, strict=True)),
+            tuple(t.alias(v.name or v.prefix or "time") for t, v in zip(times, views, strict=True)),
+            tuple(views),
+            request_id,
+        )
+
+    def __repr__(self) -> str:
+        return f"<RemoteConnection {self.url}>"
+
+
+class RemoteTable:
+    """A served table with the verbs of :class:`fluss_lake.Table` (same arguments, same frames, same errors)."""
+
+    def __init__(self, connection: RemoteConnection, info: TableInfo) -> None:
+        self._connection = connection
+        self._info = info
+
+    def _name(self) -> str:
+        return str(self._info.path)
+
+    # ------------------------------------------------------------ metadata
+    @property
+    def connection(self) -> RemoteConnection:
+        """The connection this table was opened from."""
+        return self._connection
+
+    @property
+    def info(self) -> TableInfo:
+        """The table's metadata as last read."""
+        return self._info
+
+    @property
+    def path(self) -> TablePath:
+        """``database.table``."""
+        return self._info.path
+
+    @property
+    def schema(self) -> Schema:
+        """The current schema (as last read)."""
+        return self._info.schema
+
+    @property
+    def is_primary_key_table(self) -> bool:
+        """Whether the table has a primary key."""
+        return self._info.is_primary_key_table
+
+    @property
+    def partition_keys(self) -> tuple[str, ...]:
+        """Partition key columns."""
+        return self._info.partition_keys
+
+    @property
+    def is_partitioned(self) -> bool:
+        """Whether the table is partitioned."""
+        return bool(self._info.partition_keys)
+
+    @property
+    def partition_info(self) -> None:
+        """Always None: a remote handle is the whole table."""
+        return None
+
+    @property
+    def partition_name(self) -> None:
+        """Always None: a remote handle is the whole table."""
+        return None
+
+    @property
+    def bucket_num(self) -> int:
+        """Number of buckets."""
+        return self._info.bucket_num
+
+    def refresh(self) -> RemoteTable:
+        """Re-read the table metadata."""
+        self._info = self._connection.get_table_info(self._name())
+        return self
+
+    def list_partitions(self) -> list[PartitionInfo]:
+        """The table's partitions, sorted by name."""
+        return [PartitionInfo.from_json(p) for p in self._connection._action("list_partitions", table=self._name())]
+
+    def end_offsets(self) -> dict:
+        """Log end offset of every bucket (keys ``(partition name, bucket)`` on a partitioned table)."""
+        return offsets_from_json(self._connection._action("end_offsets", table=self._name())) or {}
+
+    def earliest_offsets(self) -> dict:
+        """First retained offset of every bucket."""
+        return offsets_from_json(self._connection._action("earliest_offsets", table=self._name())) or {}
+
+    # ------------------------------------------------------------ reads
+    def _keys(self, keys: Any) -> pa.Table:
+        return to_frame(keys, self.schema).to_arrow()
+
+    def lookup(self, keys: Any, *, with_found: bool = False, with_offsets: bool = False) -> pl.DataFrame:
+        """Current rows for the given primary keys, in key order (see :meth:`fluss_lake.Table.lookup`)."""
+        command = encode_command("lookup", table=self._name(), with_found=with_found, with_offsets=with_offsets)
+        return _frame(self._connection._exchange(command, self._keys(keys)))
+
+    def prefix_lookup(self, keys: Any, *, with_offsets: bool = False) -> pl.DataFrame:
+        """Every current row whose bucket key equals one of the given prefixes (see
+        :meth:`fluss_lake.Table.prefix_lookup`)."""
+        command = encode_command("prefix_lookup", table=self._name(), with_offsets=with_offsets)
+        return _frame(self._connection._exchange(command, self._keys(keys)))
+
+    def limit_scan(self, limit: int, *, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """At most `limit` rows (see :meth:`fluss_lake.Table.limit_scan`)."""
+        cols = list(columns) if columns is not None else None
+        return _frame(
+            self._connection._get(encode_command("limit_scan", table=self._name(), limit=limit, columns=cols))
+        )
+
+    def to_polars(self, *, columns: Sequence[str] | None = None) -> pl.DataFrame:
+        """Current rows (a primary-key table's state, or every row of a log table)."""
+        cols = list(columns) if columns is not None else None
+        return _frame(self._connection._get(encode_command("to_polars", table=self._name(), columns=cols)))
+
+    def changelog(
+        self,
+        *,
+        start_offsets: Mapping | None = None,
+        end_offsets: Mapping | None = None,
+        start_timestamp: int | None = None,
+        with_bucket: bool = False,
+    ) -> pl.DataFrame:
+        """The ``$changelog`` view from offsets (see :meth:`fluss_lake.Table.changelog`)."""
+        command = encode_command(
+            "changelog",
+            table=self._name(),
+            start_offsets=offsets_to_json(start_offsets),
+            end_offsets=offsets_to_json(end_offsets),
+            start_timestamp=start_timestamp,
+            with_bucket=with_bucket,
+        )
+        return _frame(self._connection._get(command))
+
+    def scan_log(
+        self,
+        *,
+        start_offsets: Mapping | None = None,
+        end_offsets: Mapping | None = None,
+        columns: Sequence[str] | None = None,
+        start_timestamp: int | None = None,
+        change_types: Sequence[str] | None = None,
+    ) -> pl.DataFrame:
+        """A bounded read of the log with system columns first (see :meth:`fluss_lake.Table.scan_log`)."""
+        command = encode_command(
+            "scan_log",
+            table=self._name(),
+            start_offsets=offsets_to_json(start_offsets),
+            end_offsets=offsets_to_json(end_offsets),
+            columns=list(columns) if columns is not None else None,
+            start_timestamp=start_timestamp,
+            change_types=list(change_types) if change_types is not None else None,
+        )
+        return _frame(self._connection._get(command))
+
+    # ------------------------------------------------------------ writes
+    def _write(self, verb: str, data: Any, **options: Any) -> WriteResult:
+        answer = self._connection._put(
+            encode_command(verb, table=self._name(), **options), to_frame(data, self.schema).to_arrow()
+        )
+        offsets = offsets_from_json(answer.get("offsets")) or {}
+        return WriteResult(answer["rows"], answer["records"], {k: tuple(v) for k, v in offsets.items()})
+
+    def append(self, data: Any) -> WriteResult:
+        """Append rows to a log table (committed when this returns)."""
+        return self._write("append", data)
+
+    def upsert(
+        self,
+        data: Any,
+        *,
+        target_columns: Sequence[str] | None = None,
+        merge_mode: str = "default",
+        skip_unchanged: bool = False,
+    ) -> WriteResult:
+        """Upsert rows into a primary-key table; `target_columns` makes it a partial update."""
+        return self._write(
+            "upsert",
+            data,
+            target_columns=list(target_columns) if target_columns is not None else None,
+            merge_mode=merge_mode,
+            skip_unchanged=skip_unchanged,
+        )
+
+    def delete(
+        self, keys: Any, *, target_columns: Sequence[str] | None = None, merge_mode: str = "default"
+    ) -> WriteResult:
+        """Delete rows by primary key (a partial delete with `target_columns`)."""
+        return self._write(
+            "delete",
+            keys,
+            target_columns=list(target_columns) if target_columns is not None else None,
+            merge_mode=merge_mode,
+        )
+
+    def __repr__(self) -> str:
+        kind = "primary-key" if self.is_primary_key_table else "log"
+        return f"<RemoteTable {self.path} ({kind}) at {self._connection.url}>"

@@ -1,0 +1,142 @@
+"""What travels between the Flight server and its client: JSON commands, offsets, errors.
+
+Every call names a *verb* and its options in a small JSON object: the descriptor command of ``DoExchange``
+(lookups and online features: the keys or entity rows are the input stream) and ``DoPut`` (writes: the rows are
+the input stream), the ticket of ``DoGet`` (scans and changelog reads) or the body of an action. Errors cross the
+wire as Flight errors whose ``extra_info`` is ``{"class": ..., "message": ..., "retriable": ...}``; the client
+raises the same :class:`~fluss_lake.FlussLakeError` subclass with the same message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+import pyarrow.flight as flight
+
+import fluss_lake.exceptions as core_errors
+from fluss_lake.exceptions import FlussLakeError
+from serving import errors as serving_errors
+from serving.errors import (
+    AuthenticationError,
+    MalformedRequestError,
+    PermissionDeniedError,
+    RequestTimeoutError,
+    ServerUnavailableError,
+)
+
+__all__ = [
+    "EXCHANGE_VERBS",
+    "GET_VERBS",
+    "PUT_VERBS",
+    "ACTIONS",
+    "decode_command",
+    "encode_command",
+    "from_flight_error",
+    "offsets_from_json",
+    "offsets_to_json",
+    "to_flight_error",
+]
+
+EXCHANGE_VERBS: Final = ("lookup", "prefix_lookup", "online_features")
+GET_VERBS: Final = ("limit_scan", "changelog", "scan_log", "to_polars")
+PUT_VERBS: Final = ("append", "upsert", "delete")
+ACTIONS: Final = {
+    "health": "liveness: the server answers (no token needed)",
+    "ready": "readiness: the store answers a listing",
+    "metrics": "per-table request counters and latency histograms (JSON)",
+    "list_databases": "databases the token reaches",
+    "list_tables": "tables of a database the token reaches",
+    "table_info": "a table's metadata (TableInfo JSON)",
+    "end_offsets": "log end offset of every bucket",
+    "earliest_offsets": "first retained offset of every bucket",
+    "list_partitions": "a partitioned table's partitions",
+}
+
+
+def encode_command(verb: str, **options: Any) -> bytes:
+    """A request as JSON bytes."""
+    return json.dumps({"verb": verb, **options}, separators=(",", ":"), default=str).encode()
+
+
+def decode_command(raw: bytes, *, limit: int, expected: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """A request's JSON object, checked for size, shape and verb."""
+    if len(raw) > limit:
+        raise serving_errors.RequestTooLargeError(
+            f"the request command is {len(raw)} bytes, over the limit of {limit}; send data in the stream"
+        )
+    try:
+        command = json.loads(raw or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise MalformedRequestError(f"the request command is not valid JSON: {exc}") from None
+    if not isinstance(command, dict):
+        raise MalformedRequestError(f"the request command must be a JSON object, got {type(command).__name__}")
+    if expected is not None and command.get("verb") not in expected:
+        raise MalformedRequestError(f"unknown verb {command.get('verb')!r} here; expected one of {list(expected)}")
+    return command
+
+
+def offsets_to_json(offsets: Mapping | None) -> list | None:
+    """Offsets keyed by bucket or by ``(partition name, bucket)`` as JSON pairs."""
+    if offsets is None:
+        return None
+    return [[list(k) if isinstance(k, tuple) else k, v] for k, v in offsets.items()]
+
+
+def offsets_from_json(data: Any) -> dict | None:
+    """The inverse of :func:`offsets_to_json`."""
+    if data is None:
+        return None
+    if not isinstance(data, list) or not all(isinstance(p, list) and len(p) == 2 for p in data):
+        raise MalformedRequestError("offsets must be a list of [bucket or [partition, bucket], offset] pairs")
+    return {(tuple(k) if isinstance(k, list) else k): v for k, v in data}
+
+
+_FLIGHT_ERRORS: dict[type[FlussLakeError], type[flight.FlightError]] = {
+    AuthenticationError: flight.FlightUnauthenticatedError,
+    PermissionDeniedError: flight.FlightUnauthorizedError,
+    RequestTimeoutError: flight.FlightTimedOutError,
+    ServerUnavailableError: flight.FlightUnavailableError,
+}
+
+
+def to_flight_error(exc: FlussLakeError) -> flight.FlightError:
+    """The Flight error carrying `exc`'s class, message and retriable flag."""
+    kind: type[flight.FlightError] = flight.FlightServerError
+    for cls, flight_cls in _FLIGHT_ERRORS.items():
+        if isinstance(exc, cls):
+            kind = flight_cls
+            break
+    info = {"class": type(exc).__name__, "message": str(exc), "retriable": bool(exc.retriable)}
+    return kind(str(exc), extra_info=json.dumps(info).encode())
+
+
+def _error_class(name: str) -> type[FlussLakeError] | None:
+    for module in (core_errors, serving_errors):
+        cls = getattr(module, name, None)
+        if isinstance(cls, type) and issubclass(cls, FlussLakeError):
+            return cls
+    return None
+
+
+def from_flight_error(exc: flight.FlightError) -> FlussLakeError:
+    """The library error a Flight error carries (a :class:`ServerUnavailableError` for transport failures)."""
+    raw = getattr(exc, "extra_info", None)
+    if raw:
+        try:
+            info = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            info = None
+        if isinstance(info, dict):
+            cls = _error_class(str(info.get("class")))
+            if cls is not None:
+                return cls(str(info.get("message", "")))
+    message = str(exc).split(". Detail:")[0]
+    if isinstance(exc, flight.FlightUnauthenticatedError):
+        return AuthenticationError(message)
+    if isinstance(exc, flight.FlightUnauthorizedError):
+        return PermissionDeniedError(message)
+    if isinstance(exc, flight.FlightTimedOutError):
+        return RequestTimeoutError(message)
+    return ServerUnavailableError(f"the server did not answer the request: {message}")
