@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fluss_lake.exceptions import CorruptedDataError
-from fluss_lake.io.checksum import TRAILER_BYTES, corrupted, dumps_json, is_sealed, loads_json
+from fluss_lake.io.checksum import corrupted, crc32c, dumps_json, loads_json
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.kv.kv_store import KvStore
@@ -29,7 +29,7 @@ from fluss_lake.kv.segment import (
     index_path,
     remove_segment_file,
     save_index,
-    sealed_bytes,
+    segment_bytes,
 )
 
 __all__ = ["KvSnapshots", "StateCheck", "newest_snapshot_offset", "verify_snapshots"]
@@ -126,23 +126,15 @@ class KvSnapshots:
         checking it against the checksum its manifest recorded."""
         key = f"{self.kv_prefix}/segments/{name}"
         if self.shared_dir is not None:
-            segment = Segment.open(os.path.join(self.shared_dir, name), key=key, required=required)
-        else:
-            path = self._download(name, directory)
-            try:
-                segment = Segment.open(path, key=key, required=required)
-            except CorruptedDataError:  # a damaged copy kept from an earlier run: fetched again, checked again
-                remove_segment_file(path)
-                segment = Segment.open(self._download(name, directory), key=key, required=required)
-        if crc is not None and segment.crc != crc:
-            raise corrupted(
-                key,
-                "it is not the segment its snapshot names (its checksum differs: replaced or swapped)",
-                what="KV segment",
-            )
-        return segment
+            return Segment.open(os.path.join(self.shared_dir, name), key=key, expected_crc=crc, required=required)
+        path = self._download(name, directory, crc)
+        try:
+            return Segment.open(path, key=key, expected_crc=crc, required=required)
+        except CorruptedDataError:  # a damaged copy kept from an earlier run: fetched again, checked again
+            remove_segment_file(path)
+            return Segment.open(self._download(name, directory, crc), key=key, expected_crc=crc, required=required)
 
-    def _download(self, name: str, directory: str) -> str:
+    def _download(self, name: str, directory: str, crc: int | None) -> str:
         """The local copy of a published segment of a remote store (downloaded once, with its index)."""
         path = os.path.join(directory, name)
         if not os.path.exists(path):  # a copy kept in a reused local folder is complete: it is written durably
@@ -155,7 +147,7 @@ class KvSnapshots:
                 _write_local(index_path(path), index)
             _write_local(path, self.store.get(f"{self.kv_prefix}/segments/{name}"))
             if index is None:  # published without one: built here, once
-                save_index(path, fsync=True)
+                save_index(path, crc=crc, fsync=True)
         return path
 
     def due(self) -> bool:
@@ -283,9 +275,9 @@ def _link_published(directory: str, source: str, target: str, data: Callable[[],
         unlink_quietly(tmp)
 
 
-def _trailer_crc(data: bytes) -> int | None:
-    """The checksum sealed into a segment's bytes (None for bytes without one)."""
-    return int.from_bytes(data[-TRAILER_BYTES:-4], "little") if is_sealed(data) else None
+def _trailer_crc(data: bytes) -> int:
+    """The checksum of a segment's bytes (recorded by the manifest that names it)."""
+    return crc32c(data)
 
 
 def _file_bytes(path: str) -> bytes | None:
@@ -305,7 +297,7 @@ def _segment_bytes(segment: Segment) -> bytes:
         with open(segment.path, "rb") as handle:
             return handle.read()
     except FileNotFoundError:
-        return sealed_bytes(segment.table)
+        return segment_bytes(segment.table)
 
 
 _ORPHAN_GRACE_SECONDS = 600
@@ -385,15 +377,9 @@ def verify_snapshots(snapshots: KvSnapshots, *, required: bool) -> StateCheck:
                         _write_local(path, store.get(segment_key))
                         with contextlib.suppress(FileNotFoundError):
                             _write_local(index_path(path), store.get(f"{segment_key}{INDEX_SUFFIX}"))
-                    segment = Segment.open(path, key=segment_key, required=required)
-                    unverified += segment.crc is None
                     crc = checksums.get(segment_name)
-                    if crc is not None and segment.crc != crc:
-                        raise corrupted(
-                            segment_key,
-                            f"it is not the segment snapshot {name} names (its checksum differs)",
-                            what="KV segment",
-                        )
+                    unverified += crc is None
+                    segment = Segment.open(path, key=segment_key, expected_crc=crc, required=required)
                     if os.path.exists(index_path(path)):
                         checked += 1
                         try:

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from fluss_lake._utils.arrow_pool import pool
 from fluss_lake.exceptions import CorruptedDataError
-from fluss_lake.io.checksum import TRAILER_BYTES, corrupted, crc32c, is_sealed, trailer, unseal
+from fluss_lake.io.checksum import corrupted, crc32c
 from fluss_lake.io.files import fsync_file, unlink_quietly
 from fluss_lake.kv import _kernels  # type: ignore[attr-defined]
 
@@ -44,7 +44,8 @@ __all__ = [
     "memory_segment",
     "remove_segment_file",
     "save_index",
-    "sealed_bytes",
+    "file_crc",
+    "segment_bytes",
     "segment_table",
     "single_chunk",
     "take",
@@ -216,23 +217,44 @@ class Segment:
     hashes: np.ndarray
     tomb: np.ndarray
     rows: int
-    crc: int | None = None  # the CRC32C sealed into the file (None: in memory, or written before checksums)
+    crc: int | None = None  # the file's CRC32C (None: in memory, or not known: written before checksums)
 
     @classmethod
-    def open(cls, path: str, *, key: str | None = None, verify: bool = True, required: bool = False) -> Segment:
-        """Map a segment file (zero-copy), checking its checksum unless `verify` is off (a file this process just
-        wrote); `key` names it in errors. Raises :class:`CorruptedDataError` for a damaged file."""
+    def open(
+        cls,
+        path: str,
+        *,
+        key: str | None = None,
+        expected_crc: int | None = None,
+        required: bool = False,
+        crc: int | None = None,
+    ) -> Segment:
+        """Map a segment file (zero-copy). A segment file is a plain Arrow IPC file (so Polars scans it lazily); its
+        CRC32C is kept by the snapshot manifest naming it and by its index file. With `expected_crc` the file is
+        checked against it; `required` refuses a file whose checksum is not known (a table of this version); `crc`
+        is a checksum known already (a file this process just wrote). `key` names it in errors; a damaged file
+        raises :class:`CorruptedDataError`."""
         key = key or path
+        if expected_crc is None and required:
+            raise corrupted(key, "no checksum of it is recorded (its snapshot lacks one)", what="KV segment")
         try:
             raw = pa.memory_map(path).read_buffer()
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowException) as exc:
             raise corrupted(key, f"it cannot be mapped ({exc})", what="KV segment") from exc
-        crc = int.from_bytes(memoryview(raw)[-TRAILER_BYTES:-4], "little") if is_sealed(raw) else None
-        body = unseal(raw, key=key, required=required, verify=verify, what="KV segment")
+        if expected_crc is not None:
+            actual = crc32c(raw)
+            if actual != expected_crc:
+                raise corrupted(
+                    key,
+                    f"its checksum does not match the one its snapshot recorded (CRC32C {actual:08x}, recorded "
+                    f"{expected_crc:08x}: damaged, replaced or swapped)",
+                    what="KV segment",
+                )
+            crc = actual
         try:
-            table = pa.ipc.open_file(body).read_all()
+            table = pa.ipc.open_file(raw).read_all()
             for name in (HASH_COLUMN, TOMB_COLUMN):
                 table.column(name)
         except (pa.ArrowException, OSError, ValueError, KeyError) as exc:
@@ -435,39 +457,36 @@ def write_segment(directory: str, frame: pl.DataFrame | pa.Table, *, fsync: bool
     table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame.combine_chunks(memory_pool=pool())
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))
-    crc = _append_trailer(tmp)
+    crc = file_crc(tmp)
     if fsync:
         fsync_file(tmp)
     if table.num_rows >= _INDEX_MIN_ROWS:  # the index first: a segment that exists has its index file
         hashes = single_chunk(table.column(HASH_COLUMN)).to_numpy(zero_copy_only=False)
-        SegmentIndex.build(hashes).save(index_path(path), segment_crc=crc, fsync=fsync)
+        SegmentIndex.build(hashes).save(index_path(path), segment_crc=-1 if crc is None else crc, fsync=fsync)
     os.replace(tmp, path)
-    return Segment.open(path, verify=False)
+    return Segment.open(path, crc=crc)
 
 
-def _append_trailer(path: str) -> int:
-    """Seal a file just written (its checksum trailer appended, see :mod:`fluss_lake.io.checksum`); returns its
-    CRC32C."""
-    with open(path, "r+b") as handle:
+def file_crc(path: str) -> int | None:
+    """The CRC32C of a whole file (None for an empty one)."""
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            return None
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            seal = trailer(mapped)
-        handle.seek(0, os.SEEK_END)
-        handle.write(seal)
-    return int.from_bytes(seal[:4], "little")
+            return crc32c(mapped)
 
 
-def sealed_bytes(table: pa.Table) -> bytes:
+def segment_bytes(table: pa.Table) -> bytes:
     """A segment file's bytes written from its (mapped) table: for a segment whose file is gone."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))
-    body = sink.getvalue()
-    return b"".join((memoryview(body), trailer(body)))
+    return sink.getvalue().to_pybytes()
 
 
-def save_index(path: str, *, fsync: bool = False) -> None:
+def save_index(path: str, *, crc: int | None = None, fsync: bool = False) -> None:
     """Write the index file of an existing segment file that has none (a segment downloaded from a remote store)."""
-    segment = Segment.open(path, verify=False)
+    segment = Segment.open(path, crc=crc)
     if segment.rows >= _INDEX_MIN_ROWS and not os.path.exists(index_path(path)):
         crc = -1 if segment.crc is None else segment.crc
         SegmentIndex.build(segment.hashes).save(index_path(path), segment_crc=crc, fsync=fsync)

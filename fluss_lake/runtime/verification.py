@@ -22,7 +22,7 @@ from fluss_lake.io import layout
 from fluss_lake.io.checksum import is_sealed, loads_json, unseal
 from fluss_lake.io.store import ObjectStore
 from fluss_lake.kv.kv_snapshot import KvSnapshots, verify_snapshots
-from fluss_lake.kv.segment import INDEX_SUFFIX, Segment, SegmentIndex
+from fluss_lake.kv.segment import INDEX_SUFFIX, Segment, SegmentIndex, file_crc
 from fluss_lake.metadata.partition import PartitionInfo
 from fluss_lake.runtime.table_runtime import TableRuntime
 from fluss_lake.runtime.tablet_set import TabletSet
@@ -195,8 +195,8 @@ def _rebuild_state(
             path = snapshots.store.local_path(key)
             segment_path = path.removesuffix(INDEX_SUFFIX) if path is not None else None
             if path is not None and segment_path is not None and os.path.exists(segment_path):
-                indexed = Segment.open(segment_path, verify=False)
-                SegmentIndex.build(indexed.hashes).save(path, segment_crc=-1 if indexed.crc is None else indexed.crc)
+                indexed = Segment.open(segment_path)
+                SegmentIndex.build(indexed.hashes).save(path, segment_crc=file_crc(segment_path) or -1)
             else:
                 snapshots.store.delete(key)  # a remote copy: each download builds the index again
         else:  # a damaged segment: every manifest naming it goes (a new snapshot replaces them)

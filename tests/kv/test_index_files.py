@@ -14,7 +14,7 @@ import pytest
 
 import fluss_lake as fl
 from fluss_lake.exceptions import CorruptedDataError
-from fluss_lake.kv.segment import INDEX_SUFFIX, Segment, SegmentIndex, index_path
+from fluss_lake.kv.segment import INDEX_SUFFIX, Segment, SegmentIndex, file_crc, index_path
 
 ROWS = 20_000
 
@@ -73,7 +73,8 @@ def test_damaged_or_missing_index_files_are_rebuilt_in_memory(tmp_path) -> None:
     for segment in reader._tablets().kv_tablet(0).kv.segments:
         if segment.rows >= 2048:
             assert not _is_mapped(segment.index())
-    segment = Segment.open(damaged.removesuffix(INDEX_SUFFIX))
+    segment_file = damaged.removesuffix(INDEX_SUFFIX)
+    segment = Segment.open(segment_file, expected_crc=file_crc(segment_file))
     assert SegmentIndex.open(damaged, segment.rows, segment_crc=segment.crc) is not None, "repaired on first use"
     with open(damaged, "r+b") as handle:
         handle.truncate(os.path.getsize(damaged) - 4)
