@@ -184,6 +184,9 @@ ARGS: dict[tuple[str, str], Arg] = {
     ("fluss_lake.training.create_decision_log", "bucket_num"): Arg(
         lambda e, v: fluss_lake.training.create_decision_log(e.conn, f"d.{e.name('dl')}", bucket_num=v), COUNT,
         (None, 2), match="bucket.num"),
+    ("fluss_lake.training.create_feature_log", "bucket_num"): Arg(
+        lambda e, v: fluss_lake.training.create_feature_log(e.conn, f"d.{e.name('fl')}", bucket_num=v), COUNT,
+        (None, 2), match="bucket.num"),
     ("fluss_lake.training.state_as_of", "offsets"): Arg(
         lambda e, v: fluss_lake.training.state_as_of(e.a, offsets={0: v}).collect(), NON_NEGATIVE, (0, 2),
         match="offsets"),
