@@ -139,13 +139,26 @@ def test_fluss_lake_cli_finds_ui_through_the_entry_point_group(tmp_path):
     dist = tmp_path / "fluss_lake_assets_probe-0.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fluss-lake-assets-probe\nVersion: 0\n")
-    (dist / "entry_points.txt").write_text("[fluss_lake.commands]\nui = assets.cli:register\n")
+    entries = _declared_commands()
+    assert {"ui", "materialize", "backfill", "dagster"} <= set(entries)
+    (dist / "entry_points.txt").write_text(
+        "[fluss_lake.commands]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items() if v.startswith("assets.")))
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(tmp_path)])}
-    out = subprocess.run([sys.executable, "-m", "fluss_lake.cli", "ui", "--help"], env=env, cwd=tmp_path,
-                         check=False, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert "--port" in out.stdout and "Dagster" in out.stdout
+    for verb, expected in (("ui", "--port"), ("materialize", "--days"), ("backfill", "--from"),
+                           ("dagster", "DAGSTER_HOME")):
+        out = subprocess.run([sys.executable, "-m", "fluss_lake.cli", verb, "--help"], env=env, cwd=tmp_path,
+                             check=False, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert expected in out.stdout, verb
+
+
+def _declared_commands() -> dict[str, str]:
+    """The ``fluss_lake.commands`` entry points pyproject.toml declares."""
+    import tomllib
+
+    with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["entry-points"]["fluss_lake.commands"]
 
 
 def test_the_core_does_not_import_dagster():
