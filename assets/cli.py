@@ -142,6 +142,8 @@ def _report(outcome: Any, *, details: bool = True) -> int:
         print(f"  FAILED {failure}", file=sys.stderr)
     for check in outcome.failed_checks:
         print(f"  check failed: {check}", file=sys.stderr)
+    if not outcome.ok:
+        print(f"  the run's log: `fluss-lake ui`, Runs, {outcome.run_id}", file=sys.stderr)
     state = "succeeded" if outcome.success else "FAILED"
     if details or not outcome.success:
         print(f"run {outcome.run_id[:8]} {state} in {outcome.seconds:.1f} s", flush=True)

@@ -43,8 +43,9 @@ TRAINING_KEY = dg.AssetKey(["training", "fraud_training_set"])
 # Dagster's run tags for a run over a range of partitions (what `dagster asset materialize --partition-range` sets).
 _RANGE_START_TAG = "dagster/asset_partition_range_start"
 _RANGE_END_TAG = "dagster/asset_partition_range_end"
-# Only warnings and errors from Dagster's own logger: the command prints what the run did.
-_QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+# Dagster's console log stays quiet: the command prints what the run did and why a step failed (the run's whole
+# log is in the home's instance: the UI shows it).
+_QUIET = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,7 @@ def _outcome(result: dg.ExecuteInProcessResult, seconds: float) -> RunOutcome:
         if event.asset_key is not None
     }
     failures = tuple(
-        f"{event.step_key}: {event.step_failure_data.error.message.strip() if event.step_failure_data.error else ''}"
+        f"{event.step_key}: {_root_cause(event.step_failure_data.error)}"
         for event in result.all_events
         if event.is_step_failure and event.step_failure_data is not None
     )
@@ -112,6 +113,15 @@ def _outcome(result: dg.ExecuteInProcessResult, seconds: float) -> RunOutcome:
         f"{e.asset_key.to_user_string()} {e.check_name}" for e in result.get_asset_check_evaluations() if not e.passed
     )
     return RunOutcome(result.run_id, result.success, materialized, failures, failed, round(seconds, 2))
+
+
+def _root_cause(error: Any) -> str:
+    """The innermost error of a step failure (Dagster wraps what the asset raised), as one line."""
+    if error is None:
+        return "failed"
+    while error.cause is not None:
+        error = error.cause
+    return error.message.strip().splitlines()[0] if error.message.strip() else error.cls_name
 
 
 def _run_sizes(days: float) -> list[int]:

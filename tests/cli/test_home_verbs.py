@@ -115,3 +115,15 @@ def test_dagster_runs_with_the_homes_instance_even_from_a_relative_dagster_home(
     assert str(tmp_path / "rel" / "dagster") in out.stdout
     out = _run("dagster", cwd=tmp_path)
     assert out.returncode == 2 and "name a dagster command" in out.stderr
+
+
+def test_a_failing_run_exits_1_with_its_cause_in_one_line(tmp_path):
+    home = tmp_path / "home"
+    conn = fl.connect(str(home / "live"))  # an older store whose orders table differs from the declaration
+    conn.create_database("c360")
+    conn.create_table("c360.orders", schema={"order_id": "BIGINT", "amount": "DOUBLE"}, primary_key=["order_id"])
+    out = _run("materialize", "--home", str(home), "--job", "live_demo", cwd=tmp_path)
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "FAILED orders: fluss_lake.exceptions.SchemaMismatchError: table c360.orders" in out.stderr
+    assert "does not match the demo's declaration" in out.stderr and "Stack Trace" not in out.stderr
+    assert "the run's log: `fluss-lake ui`, Runs," in out.stderr
