@@ -82,7 +82,7 @@ def primary_key_check(spec: LiveTableSpec) -> dg.AssetChecksDefinition:
             return _missing(spec)
         table = connection.get_table(spec.path)
         stored = list(table.schema.primary_key)  # the stored key (the schema check reports a changed declaration)
-        duplicates = duplicate_keys(table.to_lazy(columns=stored), stored)
+        duplicates = duplicate_keys(table.to_polars(columns=stored).lazy(), stored)  # key columns only
         return dg.AssetCheckResult(
             passed=duplicates.height == 0,
             metadata={

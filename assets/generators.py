@@ -211,7 +211,8 @@ def orders(s: Scenario, batch: int) -> pl.DataFrame:
 
 
 def payments(s: Scenario, batch: int) -> pl.DataFrame:
-    """One payment per placed order; fraud is likelier with a foreign IP, a new device and a large amount."""
+    """One payment per placed order, 0.5-30 s after it but within the batch's window; fraud is likelier with a
+    foreign IP, a new device and a large amount."""
     placed = _placed_orders(s, batch)
     rng = s.rng("payments", batch)
     n = placed.height
@@ -226,6 +227,7 @@ def payments(s: Scenario, batch: int) -> pl.DataFrame:
     logit = -4.6 + 2.2 * (ip_country != card_country) + 1.6 * new_device + 0.9 * np.log(amount / 40.0)
     is_fraud = rng.random(n) < 1.0 / (1.0 + np.exp(-logit))
     device = np.where(new_device, rng.integers(0, 1 << 40, n), _mix(customer, 9) >> np.uint64(24))
+    last_moment = _ts(np.array([s.window(batch)[1] - 1]))[0]  # paid within the batch's window, as it covers
     frame = placed.select("order_id", "customer_id", "amount", "created_at").with_columns(
         pl.col("order_id").alias("payment_id"),
         pl.Series("method", _pick(_METHODS, rng.random(n), np.array([0.7, 0.22, 0.08]))),
@@ -233,9 +235,9 @@ def payments(s: Scenario, batch: int) -> pl.DataFrame:
         pl.Series("ip_country", ip_country),
         pl.Series("device_id", device.astype(np.int64)).cast(pl.String).str.pad_start(13, "0"),
         pl.Series("is_new_device", new_device),
-        (pl.col("created_at") + pl.duration(milliseconds=pl.lit(pl.Series(rng.integers(500, 30_000, n))))).alias(
-            "paid_at"
-        ),
+        (pl.col("created_at") + pl.duration(milliseconds=pl.lit(pl.Series(rng.integers(500, 30_000, n)))))
+        .clip(upper_bound=pl.lit(last_moment))
+        .alias("paid_at"),
         pl.Series("is_fraud", is_fraud),
     )
     return _conform(frame, "payments")

@@ -1,10 +1,11 @@
 """Lake assets (group ``lake``): every demo table tiered into Iceberg by :func:`tiering.tier_once`.
 
 One asset per live table (``lake/<table>``: a log table's rows, a primary-key table's current state) plus one per
-primary-key table's changelog history (``lake/<table>__history``), each downstream of its live table. They are
-produced together by the multi-asset ``tier_lake`` (a subset tiers only the tables selected); the ``tiering``
-job runs it, ``tiering_every_5_minutes`` schedules it, and ``tiering_lag_sensor`` requests a run for the tables
-whose lag exceeds their ``table.datalake.freshness``.
+primary-key table's changelog history (``lake/<table>__hist``, the Iceberg table ``<table>__history``), each
+downstream of its live table. They are produced together by the multi-asset ``tier_lake`` (a subset tiers only
+the tables selected); the ``tiering`` job runs it, ``tiering_every_5_minutes`` schedules it, and
+``tiering_lag_sensor`` requests a run for the tables whose lag exceeds their ``table.datalake.freshness``.
+Tiering payments also adds the days they were paid on to the training set's partitions (``assets.partitions``).
 
 The sensor's cursor is a JSON object ``{table: {bucket: live end offset}}``: the offsets a run was last requested
 for. A table is requested again only once its live log moved past them, and the run key is a digest of the
@@ -24,10 +25,12 @@ import polars as pl
 import tiering
 from assets.checks import duplicate_keys
 from assets.live import open_table
+from assets.partitions import add_training_days, days_of
 from assets.resources import LakeCatalog, LiveStore
 from assets.tables import DEMO_TABLES, LiveTableSpec
 from fluss_lake import options as opt
 from fluss_lake.exceptions import TableNotExistError
+from tiering.lake import HISTORY_SUFFIX
 from tiering.schema import HISTORY_COLUMNS, SYSTEM_COLUMNS, LakeKind
 
 if TYPE_CHECKING:
@@ -39,8 +42,11 @@ __all__ = [
     "LAKE_GROUP",
     "LAKE_SCHEDULES",
     "LAKE_SENSORS",
+    "HISTORY_KEY_SUFFIX",
+    "LEGACY_HISTORY_KEY_SUFFIX",
     "lagging_tables",
     "lake_key",
+    "resolve_key",
     "tier_lake",
     "tiering_job",
     "tiering_lag_sensor",
@@ -48,24 +54,47 @@ __all__ = [
 ]
 
 LAKE_GROUP = "lake"
-_HISTORY = "__history"
+#: Suffix of a history asset's key. Short, so the lineage graph's truncated labels (18 characters when zoomed
+#: out, cut in the middle) still tell ``customer_360__hist`` from ``customer_sp…__hist``; with ``__history``
+#: both read ``customer…__history``.
+HISTORY_KEY_SUFFIX = "__hist"
+#: The suffix history keys had before (``lake/customer_360__history``): still accepted by :func:`resolve_key`.
+LEGACY_HISTORY_KEY_SUFFIX = "__history"
 _DEFAULT_FRESHNESS_S = 180.0  # Fluss's default table.datalake.freshness
 
 
 def lake_key(name: str, *, history: bool = False) -> dg.AssetKey:
-    """The asset key of a demo table's lake table (``lake/<table>``) or its history (``lake/<table>__history``).
+    """The asset key of a demo table's lake table (``lake/<table>``) or its history (``lake/<table>__hist``).
+
+    The history's Iceberg table keeps its name ``<table>__history`` (asset metadata ``lake_table``).
 
     Examples
     --------
     >>> lake_key("orders", history=True).to_user_string()
-    'lake/orders__history'
+    'lake/orders__hist'
     """
-    return dg.AssetKey([LAKE_GROUP, name + (_HISTORY if history else "")])
+    return dg.AssetKey([LAKE_GROUP, name + (HISTORY_KEY_SUFFIX if history else "")])
+
+
+def resolve_key(text: str) -> dg.AssetKey:
+    """An asset key from its user string; a history key in its earlier spelling maps to the current key.
+
+    Examples
+    --------
+    >>> resolve_key("lake/customer_360__history").to_user_string()
+    'lake/customer_360__hist'
+    """
+    key = dg.AssetKey.from_user_string(text)
+    if len(key.path) == 2 and key.path[0] == LAKE_GROUP and key.path[1].endswith(LEGACY_HISTORY_KEY_SUFFIX):
+        return lake_key(key.path[1][: -len(LEGACY_HISTORY_KEY_SUFFIX)], history=True)
+    return key
 
 
 def _table_of(key: dg.AssetKey) -> tuple[str, bool]:
     name = key.path[-1]
-    return (name[: -len(_HISTORY)], True) if name.endswith(_HISTORY) else (name, False)
+    if name.endswith(HISTORY_KEY_SUFFIX):
+        return name[: -len(HISTORY_KEY_SUFFIX)], True
+    return name, False
 
 
 def _specs() -> list[dg.AssetSpec]:
@@ -91,7 +120,7 @@ def _specs() -> list[dg.AssetSpec]:
                     group_name=LAKE_GROUP,
                     skippable=True,
                     kinds={"iceberg", "polars"},
-                    metadata={"lake_table": spec.path + _HISTORY},
+                    metadata={"lake_table": spec.path + HISTORY_SUFFIX},
                     description=f"Changelog history of {spec.path} (+I -U +U -D with offset and "
                     "commit time): what point-in-time training sets read",
                 )
@@ -124,6 +153,14 @@ def tier_lake(context: dg.AssetExecutionContext, live: LiveStore, lake: LakeCata
     for report in reports:
         name = report.table.table
         spec = DEMO_TABLES[name]
+        extra: dict[str, Any] = {}
+        if name == "payments" and report.rows:  # the training set's days come from the payments just tiered
+            paid = connection.get_table(spec.path).scan_log(
+                start_offsets=report.start_offsets, end_offsets=report.end_offsets, columns=["paid_at"]
+            )
+            extra["training_days_added"] = dg.MetadataValue.json(
+                add_training_days(context.instance, days_of(paid["paid_at"]))
+            )
         common: dict[str, Any] = {
             "lake_table": str(report.table),
             "committed": report.committed,
@@ -140,6 +177,7 @@ def tier_lake(context: dg.AssetExecutionContext, live: LiveStore, lake: LakeCata
                     "rows_tiered": report.rows,
                     "snapshot_id": report.snapshot_id,
                     "dagster/row_count": _count(tiering.read_lake(lk, spec.path)),
+                    **extra,
                 },
             )
         key = lake_key(name, history=True)

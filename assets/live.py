@@ -1,7 +1,9 @@
 """Live-table assets (group ``live``): each materialization writes one batch of the demo's streams.
 
 Batch semantics (also in ``docs/DAGSTER.md``): a materialization writes batch ``n`` (run config ``batch``; by
-default the batch after the one this asset's latest materialization recorded, 0 on a fresh Dagster instance).
+default the batch after the one this asset's latest materialization recorded, 0 on a fresh Dagster instance),
+or ``batches`` consecutive batches from it in one write (``fluss-lake materialize --days 3``: three days of
+one-hour batches; each batch generated as it would be alone, so the rows are the same either way).
 Generators are pure functions of the batch, so re-running batch ``n`` restates the same rows, as a replayed
 source would:
 
@@ -19,6 +21,7 @@ The tables fed from these by zero-state jobs (``orders_enriched``, ``fraud_risk`
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import dagster as dg
@@ -65,6 +68,10 @@ class LiveBatchConfig(dg.Config):
         default=None,
         description="Batch to write (default: the one after the last materialized batch; 0 on a fresh instance)",
     )
+    batches: int = Field(
+        default=1,
+        description="How many consecutive batches to write from `batch` in this run (24 one-hour batches: a day)",
+    )
 
 
 class Customer360Config(LiveBatchConfig):
@@ -94,7 +101,8 @@ def open_table(connection: fl.Connection, spec: LiveTableSpec) -> fl.Table:
 def table_row_count(table: fl.Table) -> int:
     """Rows of a primary-key table's state, or records of a log table."""
     if table.is_primary_key_table:
-        return int(table.to_lazy(columns=list(table.schema.primary_key)).select(pl.len()).collect().item())
+        # the key columns only (to_polars reads mapped segments; to_lazy's scan_ipc of sealed segment files fails)
+        return table.to_polars(columns=list(table.schema.primary_key)).height
     return table.scan_log(columns=[table.schema.names[0]]).height
 
 
@@ -106,20 +114,32 @@ def previous_metadata(context: dg.AssetExecutionContext) -> dict[str, Any] | Non
     return {key: value.value for key, value in event.asset_materialization.metadata.items()}
 
 
-def _batch(context: dg.AssetExecutionContext, config: LiveBatchConfig) -> int:
-    """The batch this materialization writes."""
+def _batches(context: dg.AssetExecutionContext, config: LiveBatchConfig) -> range:
+    """The batches this materialization writes (``config.batches`` of them, from ``config.batch`` or the next)."""
+    if config.batches < 1:
+        raise InvalidConfigError(f"batches={config.batches} must be >= 1 (one batch is one event window)")
     if config.batch is not None:
         if config.batch < 0:
             raise InvalidConfigError(f"batch={config.batch} must be >= 0 (batch 0 is the first event window)")
-        return config.batch
-    previous = previous_metadata(context)
-    return int(previous["batch"]) + 1 if previous and "batch" in previous else 0
+        first = config.batch
+    else:
+        previous = previous_metadata(context)
+        first = int(previous["batch"]) + 1 if previous and "batch" in previous else 0
+    return range(first, first + config.batches)
+
+
+def _generate(generate: Callable[[Scenario, int], pl.DataFrame], scenario: Scenario, batches: range) -> pl.DataFrame:
+    """The batches' rows in batch order (each batch vectorized; one frame per batch, not per row)."""
+    return pl.concat([generate(scenario, batch) for batch in batches])
 
 
 def live_metadata(
-    table: fl.Table, scenario: Scenario | None, batch: int | None, written: dict[str, Any]
+    table: fl.Table, scenario: Scenario | None, batches: range | None, written: dict[str, Any]
 ) -> dict[str, Any]:
-    """What a live asset reports: table, store, batch window, rows written and the log end offsets."""
+    """What a live asset reports: table, store, batch window, rows written and the log end offsets.
+
+    ``batch`` is the last batch written (the next run continues after it), ``batches`` how many this run wrote.
+    """
     meta: dict[str, Any] = {
         "table": str(table.path),
         "store": table.connection.url,
@@ -127,9 +147,10 @@ def live_metadata(
         "end_offsets": dg.MetadataValue.json({str(b): o for b, o in table.end_offsets().items()}),
         **written,
     }
-    if batch is not None and scenario is not None:
-        start, end = scenario.window(batch)
-        meta["batch"] = batch
+    if batches is not None and scenario is not None:
+        start, end = scenario.window(batches[0])[0], scenario.window(batches[-1])[1]
+        meta["batch"] = batches[-1]
+        meta["batches"] = len(batches)
         meta["event_window"] = " .. ".join(datetime.fromtimestamp(t / 1000, UTC).isoformat() for t in (start, end))
     return meta
 
@@ -156,12 +177,12 @@ def _upsert_generated(
     generate: Callable[[Scenario, int], pl.DataFrame],
 ) -> dg.MaterializeResult:
     """Upsert the generated rows of the run's batch into one demo table and report what the write did."""
-    scenario, batch = demo.scenario(), _batch(context, config)
+    scenario, batches = demo.scenario(), _batches(context, config)
     table = open_table(live.connection(), DEMO_TABLES[name])
-    result = table.upsert(generate(scenario, batch))
+    result = table.upsert(_generate(generate, scenario, batches))
     return dg.MaterializeResult(
         metadata=live_metadata(
-            table, scenario, batch, {"rows_written": result.rows, "changelog_records": result.records}
+            table, scenario, batches, {"rows_written": result.rows, "changelog_records": result.records}
         )
     )
 
@@ -187,16 +208,21 @@ def payments(
     context: dg.AssetExecutionContext, config: LiveBatchConfig, live: LiveStore, demo: DemoScenario
 ) -> dg.MaterializeResult:
     """Append the batch's payments that are not in the log yet (re-running a batch appends nothing twice)."""
-    scenario, batch = demo.scenario(), _batch(context, config)
+    scenario, batches = demo.scenario(), _batches(context, config)
     table = open_table(live.connection(), DEMO_TABLES["payments"])
-    events = gen.payments(scenario, batch)
-    lo, hi = batch * ORDER_ID_STRIDE, (batch + 1) * ORDER_ID_STRIDE
+    events = _generate(gen.payments, scenario, batches)
+    lo, hi = batches[0] * ORDER_ID_STRIDE, (batches[-1] + 1) * ORDER_ID_STRIDE
     present = table.scan_log(columns=["payment_id"], filters=[("payment_id", ">=", lo), ("payment_id", "<", hi)])
-    missing = events.join(present.select("payment_id"), on="payment_id", how="anti")
+    missing = events.join(present.select("payment_id"), on="payment_id", how="anti", maintain_order="left")
     rows = table.append(missing).rows if missing.height else 0
     return dg.MaterializeResult(
-        metadata=live_metadata(table, scenario, batch, {"rows_written": rows, "already_present": present.height})
+        metadata=live_metadata(table, scenario, batches, {"rows_written": rows, "already_present": present.height})
     )
+
+
+def _stream_batch(name: str, scenario: Scenario, batch: int) -> pl.DataFrame:
+    """One stream's partial update of one batch (the key and the stream's own columns)."""
+    return gen.stream(scenario, name, batch)
 
 
 @_asset("customer_360", deps=["customers"])
@@ -207,19 +233,22 @@ def customer_360(
     unknown = sorted(set(config.streams) - set(STREAMS))
     if unknown:
         raise InvalidConfigError(f"unknown streams {unknown}; choose among {list(STREAMS)}")
-    scenario, batch = demo.scenario(), _batch(context, config)
+    scenario, batches = demo.scenario(), _batches(context, config)
     table = open_table(live.connection(), DEMO_TABLES["customer_360"])
     written = {}
-    window_end = pl.lit(scenario.window(batch)[1]).cast(pl.Datetime("ms")).dt.replace_time_zone("UTC")
+    # what the rows reflect: the end of the event window this write covers (of its last batch). A write of
+    # several batches applies each stream's batches together, so an image may hold another stream's values of a
+    # later batch of the span: stamping the span's end keeps every image out of view before all of them are true.
+    span_end = pl.lit(scenario.window(batches[-1])[1]).cast(pl.Datetime("ms")).dt.replace_time_zone("UTC")
     for name in config.streams:
-        frame = gen.stream(scenario, name, batch).with_columns(window_end.alias("updated_at"))
+        frame = _generate(partial(_stream_batch, name), scenario, batches).with_columns(span_end.alias("updated_at"))
         result = table.upsert(frame, target_columns=["customer_id", *STREAM_COLUMNS[name], "updated_at"])
         written[name] = result.rows
     return dg.MaterializeResult(
         metadata=live_metadata(
             table,
             scenario,
-            batch,
+            batches,
             {"rows_written": sum(written.values()), "rows_per_stream": dg.MetadataValue.json(written)},
         )
     )

@@ -31,6 +31,7 @@ from pydantic import Field, PrivateAttr
 import fluss_lake as fl
 from assets.generators import Scenario
 from fluss_lake.exceptions import InvalidConfigError
+from tiering.home import HOME_ENV, Home
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -39,13 +40,10 @@ if TYPE_CHECKING:
 
 __all__ = ["HOME_ENV", "DemoScenario", "LakeCatalog", "LiveStore", "fluss_lake_home"]
 
-HOME_ENV = "FLUSS_LAKE_HOME"
-_DEFAULT_HOME = ".fluss-lake"
-
 
 def fluss_lake_home() -> Path:
-    """The embedded default's folder: ``$FLUSS_LAKE_HOME`` or ``./.fluss-lake`` (absolute)."""
-    return Path(os.environ.get(HOME_ENV) or _DEFAULT_HOME).expanduser().resolve()
+    """The embedded default's folder: ``$FLUSS_LAKE_HOME`` or ``./.fluss-lake`` (absolute; see tiering.home)."""
+    return Home.resolve().root
 
 
 def _json_object(text: str | None, what: str) -> dict[str, Any]:

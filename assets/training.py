@@ -11,9 +11,9 @@ in event-time mode, so no value from after the decision leaks in:
   so a payment's own amount and later payments never count.
 
 Each day is written as one Parquet object in the live store, ``_training/fraud_training_set/day=<date>.parquet``
-(a local folder or S3 alike); re-running a day replaces its file. Backfills of a range run as one run
-(``BackfillPolicy.single_run``): ``dagster asset materialize -m assets.definitions --select
-training/fraud_training_set --partition-range 2026-11-01...2026-11-03`` or a backfill from the UI.
+(a local folder or S3 alike); re-running a day replaces its file. The partitions are the days the lake holds
+payments for (:mod:`assets.partitions`). Backfills of a range run as one run (``BackfillPolicy.single_run``):
+``fluss-lake backfill --from 2026-11-01 --to 2026-11-03`` or a backfill from the UI.
 """
 
 import io
@@ -27,6 +27,7 @@ import polars as pl
 import fluss_lake as fl
 import tiering
 from assets.lake import lake_key
+from assets.partitions import TRAINING_DAYS
 from assets.resources import LakeCatalog, LiveStore
 from assets.tables import DEMO_TABLES
 from fluss_lake.exceptions import InvalidConfigError
@@ -42,8 +43,8 @@ __all__ = [
     "training_key",
 ]
 
-#: The first day of the demo's event time (``DemoScenario.epoch``'s default).
-TRAINING_PARTITIONS = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezone="UTC")
+#: The days the lake holds payments for (dynamic partitions, see :mod:`assets.partitions`).
+TRAINING_PARTITIONS = TRAINING_DAYS
 TRAINING_PREFIX = "_training/fraud_training_set"
 _ENTITY_COLUMNS = [
     "payment_id",
@@ -138,10 +139,10 @@ def read_training_set(connection: fl.Connection, day: str) -> pl.DataFrame:
 
 def _fraud_training_set(context: dg.AssetExecutionContext, live: LiveStore, lake: LakeCatalog) -> dg.MaterializeResult:
     """Build the partition's days (a backfill range in one go) and write one Parquet object per day."""
-    days = list(context.partition_keys)
-    frame = build_training_set(lake.lake(), days[0], days[-1])
-    store = live.connection().store
+    days = sorted(context.partition_keys)
     day_of = pl.col("paid_at").dt.strftime("%Y-%m-%d")
+    frame = build_training_set(lake.lake(), days[0], days[-1]).filter(day_of.is_in(days))
+    store = live.connection().store
     per_day: dict[str, int] = {}
     for day in days:  # one write per day (a handful), not per row
         rows = frame.filter(day_of == day)

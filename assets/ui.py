@@ -34,7 +34,8 @@ nux:
 
 
 def prepare_home(home: Path) -> Path:
-    """Create the home folder and its Dagster instance folder (``<home>/dagster``); returns the latter.
+    """Create the home folder and its Dagster instance folder (``$DAGSTER_HOME`` if set, else ``<home>/dagster``);
+    returns the latter, absolute (Dagster refuses a relative ``DAGSTER_HOME``).
 
     An existing ``dagster.yaml`` is left as it is.
 
@@ -45,7 +46,7 @@ def prepare_home(home: Path) -> Path:
     >>> "enabled: false" in (dagster_home / "dagster.yaml").read_text()
     True
     """
-    dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
+    dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster").expanduser().resolve()  # Dagster: absolute
     dagster_home.mkdir(parents=True, exist_ok=True)
     config = dagster_home / "dagster.yaml"
     if not config.exists():

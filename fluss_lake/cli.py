@@ -16,8 +16,12 @@ import fluss_lake as fl
 #: What ``fluss-lake --help`` says: every verb, whichever package brings it.
 _DESCRIPTION = (
     "fluss-lake: streaming tables whose state lives in storage. 'demo' is a tour of the live tables in the "
-    "terminal; 'ui' starts the Dagster UI with the Customer 360 demo; 'tier' copies lake-enabled tables into "
-    "Iceberg, once or continuously. 'fluss-lake VERB --help' says more."
+    "terminal. The other verbs work on a home folder (--home, else $FLUSS_LAKE_HOME, else ./.fluss-lake: the "
+    "store in live/, the Iceberg lake in lake/, the Dagster instance in dagster/): 'ui' starts the Dagster UI "
+    "with the Customer 360 demo; 'materialize' runs the demo pipeline without the UI (--days N writes N days); "
+    "'backfill' builds the training set of a range of days; 'tier' copies lake-enabled tables into Iceberg, once "
+    "or continuously; 'check' verifies (and repairs) a store's objects; 'dagster' runs any dagster command with the "
+    "home's instance. 'fluss-lake VERB --help' says more."
 )
 
 

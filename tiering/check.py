@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 from typing import Any, TextIO
 
 import fluss_lake as fl
 from fluss_lake import Damage
 from fluss_lake.exceptions import FlussLakeError
+from tiering.home import existing_store, resolve_store
 
 __all__ = ["check", "register"]
 
@@ -35,7 +35,10 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "check", help="verify stored objects, report damage, optionally repair", description=_DESCRIPTION
     )
-    parser.add_argument("--store", help="live store folder or URL (default: $FLUSS_LAKE_URL or ./fluss-lake-data)")
+    parser.add_argument(
+        "--home", help="the home folder (default: $FLUSS_LAKE_HOME, else ./.fluss-lake): its live store"
+    )
+    parser.add_argument("--store", help="live store folder or URL (instead of a home's; default: $FLUSS_LAKE_URL)")
     parser.add_argument(
         "--storage-options",
         type=json.loads,
@@ -64,12 +67,10 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    store = args.store or os.environ.get("FLUSS_LAKE_URL") or "fluss-lake-data"
-    if "://" not in store and not os.path.isdir(store):
-        print(f"fluss-lake check: no store at {store!r} (pass --store PATH or set FLUSS_LAKE_URL)", file=sys.stderr)
-        return 2
     catalog = dict(item.split("=", 1) for item in args.catalog) if args.catalog else None
     try:
+        home, store = resolve_store(home=args.home, store=args.store)
+        existing_store(store, home, doing="nothing to check")
         conn = fl.connect(store, storage_options=args.storage_options)
         return check(conn, tables=args.table, repair=args.repair, catalog_properties=catalog)
     except FlussLakeError as exc:

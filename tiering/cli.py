@@ -16,6 +16,7 @@ import time
 from typing import Any, TextIO
 
 from fluss_lake.exceptions import FlussLakeError
+from tiering.home import existing_store, resolve_store
 
 __all__ = ["main", "register", "run"]
 
@@ -24,7 +25,9 @@ _DESCRIPTION = (
     "Copy every lake-enabled table (table.datalake.enabled) of a store into Iceberg tables, exactly once: log "
     "tables are appended, primary-key tables keep their current rows plus a <table>__history changelog, and each "
     "commit carries the bucket offsets it tiered, so a stopped or killed run resumes where it left off. --once "
-    "tiers what is there now; --continuous keeps the lake within each table's table.datalake.freshness."
+    "tiers what is there now; --continuous keeps the lake within each table's table.datalake.freshness. The store "
+    "and lake are a home's (--home, else $FLUSS_LAKE_HOME, else ./.fluss-lake: what `fluss-lake ui` uses) unless "
+    "--store names a store; a store that does not exist is an error, never created."
 )
 
 
@@ -40,7 +43,17 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="keep every table within its table.datalake.freshness until SIGINT/SIGTERM",
     )
-    parser.add_argument("--store", help="live store folder or URL (default: $FLUSS_LAKE_URL or ./fluss-lake-data)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--home",
+        help="home folder: the store <home>/live, the lake <home>/lake (default: $FLUSS_LAKE_HOME or ./.fluss-lake, "
+        "the folder `fluss-lake ui` and `fluss-lake materialize` use)",
+    )
+    where.add_argument(
+        "--store",
+        help="live store folder or URL instead of a home (default: $FLUSS_LAKE_URL, else the home's store); "
+        "its lake is <store>/_lake unless --catalog says otherwise",
+    )
     parser.add_argument(
         "--storage-options",
         type=json.loads,
@@ -53,7 +66,7 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a pyiceberg catalog property (repeat; default: the embedded lake <store>/_lake)",
+        help="a pyiceberg catalog property (repeat; default: the embedded lake, <home>/lake or <store>/_lake)",
     )
     parser.add_argument(
         "--table",
@@ -96,23 +109,47 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     from tiering.lake import Lake
 
     out = out or sys.stdout
+    if args.remove_orphan_files and not args.once:
+        print("error: --remove-orphan-files runs with --once", file=sys.stderr)
+        return 2
     try:
         catalog = _parse_properties(args.catalog)
-        conn = fl.connect(args.store, storage_options=args.storage_options)
-        lake = Lake.for_connection(conn, catalog)
+        home, store = resolve_store(home=args.home, store=args.store)
+        existing_store(store, home, doing="nothing to tier")
+        conn = fl.connect(store, storage_options=args.storage_options)
+        lake = Lake.for_home(home) if home is not None and catalog is None else Lake.for_connection(conn, catalog)
     except FlussLakeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     _say(out, f"live store {conn.url} -> lake {lake!r}")
-    if args.remove_orphan_files and not args.once:
-        print("error: --remove-orphan-files runs with --once", file=sys.stderr)
-        return 2
+    empty = _nothing_to_tier(conn, args.table)
+    if empty:
+        _say(out, empty)
     if args.once:
+        if empty:
+            return 0
         code = _once(conn, lake, args.table, out, expire=args.expire_partitions)
         if code == 0 and args.remove_orphan_files:
             code = _orphans(conn, lake, args.table, args.orphan_grace, out)
         return code
     return _continuous(conn, lake, args.table, args.duration, out, expire=args.expire_partitions)
+
+
+def _nothing_to_tier(conn: Any, tables: list[str] | None) -> str | None:
+    """A sentence when the store holds no lake-enabled table (None when there is something to tier)."""
+    if tables:
+        return None  # named tables: tier_once says if one is missing or not lake-enabled
+    from tiering.service import _resolve
+
+    if _resolve(conn, None):
+        return None
+    names = [f"{db}.{t}" for db in conn.list_databases() for t in conn.list_tables(db)]
+    if not names:
+        return f"nothing to tier: the store {conn.url} has no tables"
+    return (
+        f"nothing to tier: none of the {len(names)} table(s) of {conn.url} has table.datalake.enabled "
+        "(set it with connection.alter_table(path, set_options={'table.datalake.enabled': 'true'}))"
+    )
 
 
 def _parse_properties(items: list[str]) -> dict[str, str] | None:

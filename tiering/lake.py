@@ -20,6 +20,7 @@ from fluss_lake.exceptions import (
     TieringConflictError,
 )
 from fluss_lake.metadata.table_path import TablePath
+from tiering.home import Home
 from tiering.lake_snapshot import TABLE_ID_PROPERTY, LakeSnapshot
 from tiering.orphans import DEFAULT_ORPHAN_GRACE_S, OrphanReport, remove_orphan_files
 from tiering.schema import LakeKind, lake_arrow_schema, system_names
@@ -79,10 +80,30 @@ class Lake:
         return cls(_local_properties(os.fspath(path)))
 
     @classmethod
-    def for_connection(cls, connection: Connection, catalog_properties: Mapping[str, str] | None = None) -> Lake:
-        """The lake of a live store: `catalog_properties` if given, else a local lake in ``<store>/_lake``.
+    def for_home(cls, home: str | os.PathLike[str] | Home | None = None) -> Lake:
+        """The lake of a home folder (``<home>/lake``): what ``fluss-lake ui``, ``materialize`` and ``tier`` use.
 
-        A store on S3 has no local folder for the default sqlite catalog: give `catalog_properties` then.
+        `home` defaults to ``$FLUSS_LAKE_HOME``, else ``./.fluss-lake`` (see :mod:`tiering.home`). Nothing is
+        created until something is tiered: reading a home that has no lake says that the table is not tiered.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> lake = Lake.for_home(tempfile.mkdtemp())
+        >>> lake.properties["uri"].endswith("/lake/catalog.db"), lake.load("c360.payments") is None
+        (True, True)
+        """
+        root = home if isinstance(home, Home) else Home.resolve(home)
+        return cls.local(root.lake)
+
+    @classmethod
+    def for_connection(cls, connection: Connection, catalog_properties: Mapping[str, str] | None = None) -> Lake:
+        """The lake of a live store: `catalog_properties` if given, else the local lake beside the store.
+
+        That is ``<store>/_lake``; for the store of a home (``<home>/live``, whose home has a ``lake/`` folder
+        and the store no ``_lake``) it is the home's lake, so ``Lake.for_connection(fl.connect(".fluss-lake/live"))``
+        finds what ``fluss-lake ui`` tiered. A store on S3 has no local folder for the default sqlite catalog:
+        give `catalog_properties` then.
         """
         if catalog_properties is not None:
             return cls(catalog_properties)
@@ -92,7 +113,11 @@ class Lake:
                 f"the live store {connection.url} is not a local folder, so there is no embedded "
                 "lake beside it; pass catalog_properties (uri, warehouse, s3.* keys)"
             )
-        return cls.local(os.path.join(root, LAKE_DIR))
+        store = Path(root)
+        home = Home(store.parent)
+        if not (store / LAKE_DIR).exists() and store == home.live and home.lake.is_dir():
+            return cls.for_home(home)
+        return cls.local(store / LAKE_DIR)
 
     # ------------------------------------------------------------ catalog
     @property
@@ -111,6 +136,14 @@ class Lake:
                     if "already exists" not in str(exc) or attempt == 4:
                         raise
         return self._catalog
+
+    def _local_catalog_missing(self) -> bool:
+        """Whether this is a sqlite catalog on a local file that does not exist yet."""
+        uri = self.properties.get("uri", "")
+        if self.properties.get("type") != "sql" or not uri.startswith("sqlite:///"):
+            return False
+        path = uri[len("sqlite:///") :].split("?", 1)[0]
+        return path not in ("", ":memory:") and not os.path.exists(path)
 
     def storage_options(self) -> dict[str, str]:
         """Object-store options for Polars readers (the catalog's ``s3.*`` keys mapped; empty for local files)."""
@@ -136,6 +169,8 @@ class Lake:
         """The lake table (``kind='history'``: the changelog table), or None if it was never created."""
         from pyiceberg.exceptions import NoSuchTableError
 
+        if self._catalog is None and self._local_catalog_missing():
+            return None  # nothing was ever tiered here: say so without creating an empty catalog
         try:
             return self.catalog.load_table(self.identifier(path, kind))
         except NoSuchTableError:

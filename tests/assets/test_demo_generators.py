@@ -84,6 +84,9 @@ def test_payments_match_orders_and_fraud_follows_its_signals():
     joined = pays.join(orders, on="order_id")
     assert joined.height == pays.height and (joined["amount"] == joined["amount_right"]).all()
     assert (joined["paid_at"] > joined["created_at"]).all()
+    # a batch covers its event window: a payment of batch b is paid before batch b + 1 starts
+    for b, frame in enumerate(frames):
+        assert frame["paid_at"].dt.epoch("ms").max() < S.window(b)[1], b
     rate = pays["is_fraud"].mean()
     assert 0.005 < rate < 0.05
     mismatch = pays.filter(pl.col("ip_country") != pl.col("card_country"))["is_fraud"].mean()

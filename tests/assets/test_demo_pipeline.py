@@ -216,16 +216,20 @@ def test_the_whole_demo_materializes_then_three_training_days_backfill_from_the_
     assert tiering.read_lake(lake, "c360.customer_spend").collect().height == \
         _table(resources, "customer_spend").to_polars().height
 
-    # backfill three days in one run with the CLI, on the embedded default (resources from FLUSS_LAKE_HOME)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    env["DAGSTER_HOME"] = str(home / "dagster")
-    from assets.ui import prepare_home
+    # tiering the payments made their days the training set's partitions (derived from the data)
+    assert instance.get_dynamic_partitions("fraud_training_days") == ["2026-11-01", "2026-11-02", "2026-11-03"]
+    assert _meta(result, "lake/payments")["training_days_added"] == ["2026-11-01", "2026-11-02", "2026-11-03"]
 
-    prepare_home(home)
-    out = subprocess.run([sys.executable, "-m", "dagster", "asset", "materialize", "-m", "assets.definitions",
-                          "--select", "training/fraud_training_set", "--partition-range", "2026-11-01...2026-11-03"],
+    # backfill the three days in one run with the CLI, on the embedded default (the home's own Dagster instance,
+    # which has no partitions yet: the backfill adds the lake's days first)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    out = subprocess.run([sys.executable, "-m", "assets.cli", "backfill", "--home", str(home),
+                          "--from", "2026-11-01", "--to", "2026-11-03"],
                          env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "2026-11-01 .. 2026-11-03 (3 days)" in out.stdout and "succeeded" in out.stdout
+    runs = dg.DagsterInstance.from_config(str(home / "dagster")).get_runs()
+    assert len(runs) == 1 and runs[0].tags["dagster/asset_partition_range_end"] == "2026-11-03"  # one run
 
     scenario = resources["demo"].scenario()
     connection = resources["live"].connection()
@@ -262,9 +266,11 @@ def test_the_whole_demo_on_moto_s3_with_the_lake_on_s3(s3_resources):
     assert [(e.asset_key.to_user_string(), e.check_name) for e in result.get_asset_check_evaluations()
             if not e.passed] == []
     assert resources["lake"].lake().load("c360.payments").location().startswith("s3://")
+    assert instance.get_dynamic_partitions("fraud_training_days") == ["2026-11-01", "2026-11-02"]
     training = dg.materialize([*TRAINING_ASSETS], resources=resources, instance=instance, partition_key="2026-11-02")
     assert training.success
     frame = read_training_set(resources["live"].connection(), "2026-11-02")
     assert frame.height == SMALL["orders_per_batch"] and frame["spend__order_count"].null_count() < frame.height
     assert resources["live"].connection().url.startswith("s3://")
-    assert fraud_training_set.partitions_def.get_partition_keys()[0] == "2026-11-01"
+    assert fraud_training_set.partitions_def.get_partition_keys(dynamic_partitions_store=instance) == [
+        "2026-11-01", "2026-11-02"]

@@ -102,7 +102,7 @@ def _graphql_lists_every_demo_asset_with_its_checks(ui):
     assert {"/".join(n["assetKey"]["path"]) for n in nodes} == expected_asset_keys()
     groups = {"/".join(n["assetKey"]["path"]): n["groupName"] for n in nodes}
     assert {groups[name] for name in SOURCE_TABLES} == {"live"} and {groups[n] for n in JOB_TABLES} == {"jobs"}
-    assert groups["lake/customer_360__history"] == "lake" and groups["training/fraud_training_set"] == "training"
+    assert groups["lake/customer_360__hist"] == "lake" and groups["training/fraud_training_set"] == "training"
     assert all(n["hasAssetChecks"] for n in nodes if n["groupName"] != "training")
     assert _get(f"{ui.base}/server_info")[0] == 200
     assert (ui.home / "dagster" / "dagster.yaml").read_text().count("enabled: false") == 2

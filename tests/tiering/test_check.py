@@ -135,7 +135,7 @@ def test_check_command_reports_repairs_and_exits_by_what_is_left(tmp_path) -> No
         text=True,
         timeout=120,
     )
-    assert missing.returncode == 2 and "no store" in missing.stderr
+    assert missing.returncode == 2 and "no store" in missing.stderr, missing.stderr
     assert not (tmp_path / "nothing").exists()
 
 
