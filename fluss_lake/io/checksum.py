@@ -5,9 +5,9 @@ Binary objects (log batches and segments, job attachments) end with an 8-byte tr
 before it (little-endian ``uint32``), then the magic ``FLC1``. KV segments stay plain Arrow IPC files (Polars scans
 them lazily): their CRC32C is kept by the snapshot manifests that name them and by their index files. JSON objects
 (table metadata, partition records, snapshot manifests, job checkpoints) start with ``{"_crc32c":<crc>,`` followed by
-the rest of the document, and the CRC covers the document exactly as written without that field. Objects written before checksums existed have neither: they
-read as "not verified" (said once per process in the log) unless the caller requires a checksum, as tables created
-by a version that seals every object do.
+the rest of the document, and the CRC covers the document exactly as written without that field. Objects written
+before checksums existed have neither: they read as "not verified" (said once per process in the log) unless the
+caller requires a checksum, as tables created by a version that seals every object do.
 
 Examples
 --------
