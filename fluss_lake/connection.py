@@ -7,6 +7,7 @@ shares its tablets; the catalog (:mod:`fluss_lake.catalog`) keeps the metadata i
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import tempfile
@@ -34,10 +35,38 @@ from fluss_lake.runtime.table_runtime import TableRuntime
 from fluss_lake.runtime.verification import IntegrityReport, damage_of, verify_jobs
 from fluss_lake.table import Table
 
-__all__ = ["Connection", "connect", "DEFAULT_URL_ENV"]
+__all__ = ["Connection", "connect", "default_store_url", "DEFAULT_HOME", "DEFAULT_URL_ENV", "HOME_ENV"]
 
 DEFAULT_URL_ENV = "FLUSS_LAKE_URL"
-_DEFAULT_DIR = "fluss-lake-data"
+#: The environment variable naming the home folder (store, lake and Dagster instance of the embedded default).
+HOME_ENV = "FLUSS_LAKE_HOME"
+#: The home when ``$FLUSS_LAKE_HOME`` is not set (relative to the working directory).
+DEFAULT_HOME = ".fluss-lake"
+#: The default store of versions before homes (still used, with a warning, while the home has no store).
+_LEGACY_DIR = "fluss-lake-data"
+_said_legacy: list[bool] = []
+
+
+def default_store_url() -> str:
+    """The store ``connect()`` opens when given none: ``$FLUSS_LAKE_URL``, else the home's ``live/`` folder
+    (``$FLUSS_LAKE_HOME``, else ``./.fluss-lake``: the store ``fluss-lake ui``, ``materialize`` and ``tier`` use).
+
+    A store at ``./fluss-lake-data`` (the default of earlier versions) is still used while the home has none, with
+    a warning saying how to move it.
+    """
+    if os.environ.get(DEFAULT_URL_ENV):
+        return os.environ[DEFAULT_URL_ENV]
+    live = os.path.join(os.environ.get(HOME_ENV) or DEFAULT_HOME, "live")
+    if HOME_ENV not in os.environ and not os.path.isdir(live) and os.path.isdir(_LEGACY_DIR):
+        if not _said_legacy:
+            _said_legacy.append(True)
+            logging.getLogger("fluss_lake").warning(
+                "using the store at ./%s (the default before homes); move it to ./%s/live, or pass its path",
+                _LEGACY_DIR,
+                DEFAULT_HOME,
+            )
+        return _LEGACY_DIR
+    return live
 
 
 def _system_clock() -> int:
@@ -356,7 +385,8 @@ def connect(
     Parameters
     ----------
     url
-        Local folder or fsspec URL; defaults to ``$FLUSS_LAKE_URL`` or ``./fluss-lake-data``.
+        Local folder or fsspec URL; defaults to :func:`default_store_url`: ``$FLUSS_LAKE_URL``, else the home's
+        store (``$FLUSS_LAKE_HOME/live``, else ``./.fluss-lake/live``).
     storage_options
         Passed to fsspec (for S3: ``key``, ``secret``, ``endpoint_url``, ``client_kwargs``...), except
         ``call_timeout``: seconds one storage call may take (default 120, plus one second per MiB sent) before it
@@ -389,7 +419,7 @@ def connect(
     >>> fl.connect(tempfile.mkdtemp()).list_databases()
     []
     """
-    target = url if url is not None else os.environ.get(DEFAULT_URL_ENV, _DEFAULT_DIR)
+    target = url if url is not None else default_store_url()
     if datalake_format not in (None, "iceberg"):
         raise InvalidConfigError(
             f"datalake_format={datalake_format!r} is not supported by fluss-lake (the tiering service writes "

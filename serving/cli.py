@@ -30,7 +30,9 @@ _DESCRIPTION = (
 def register(subparsers: Any) -> None:
     """Add the ``serve`` sub-command to an argparse sub-parsers object."""
     parser = subparsers.add_parser("serve", help="serve a store over Arrow Flight (and HTTP)", description=_DESCRIPTION)
-    parser.add_argument("--store", help="store folder or URL (default: $FLUSS_LAKE_URL or ./fluss-lake-data)")
+    parser.add_argument(
+        "--store", help="store folder or URL (default: $FLUSS_LAKE_URL, else the home's store $FLUSS_LAKE_HOME/live)"
+    )
     parser.add_argument("--storage-options", type=json.loads, default=None, metavar="JSON", help="fsspec options")
     parser.add_argument("--local-dir", default=None, help="cache folder for primary-key state of a remote store")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (beyond loopback needs --tokens)")

@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from fluss_lake.connection import DEFAULT_HOME, HOME_ENV
 from fluss_lake.exceptions import InvalidConfigError
 
 __all__ = [
@@ -38,10 +39,9 @@ __all__ = [
     "resolve_store",
 ]
 
-#: The environment variable naming the home folder.
-HOME_ENV = "FLUSS_LAKE_HOME"
-#: The home when neither ``--home`` nor ``$FLUSS_LAKE_HOME`` says otherwise (relative to the working directory).
-DEFAULT_HOME = ".fluss-lake"
+#: The environment variable naming the home folder, and the home when neither ``--home`` nor it says otherwise
+#: (the core's: ``fluss_lake.connect()`` opens that home's store by default).
+HOME_ENV, DEFAULT_HOME = HOME_ENV, DEFAULT_HOME
 #: Where ``fluss-lake tier`` looked for a store before the home existed (still readable with ``--store``).
 LEGACY_DEFAULT_STORE = "fluss-lake-data"
 #: The environment variable naming a store URL (the core's ``fluss_lake.connect`` default).
