@@ -13,10 +13,10 @@ to run what cannot run as a one-shot command; nothing is skipped:
 ``suite .ci/run``
     The remaining step runs the test suite: it must be ``.ci/run``'s own test command (run here, it would run
     this test again).
-``server PATH``
-    Each remaining command is a server: started on a free port (its ``--port`` replaced, or added), it must
-    answer ``GET http://127.0.0.1:PORT/PATH`` with 200, then stop with exit code 0 on SIGTERM, leaving no process
-    of its group behind.
+``server PATH [FLAG]``
+    Each remaining command is a server: started on free ports (each ``--port N`` / ``--http-port N`` replaced, or a
+    ``--port`` added), it must answer ``GET http://127.0.0.1:PORT/PATH`` with 200 on the port of FLAG (default
+    ``--port``), then stop with exit code 0 on SIGTERM, leaving no process of its group behind.
 """
 
 from __future__ import annotations
@@ -131,10 +131,21 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _with_port(command: str, port: int) -> str:
-    if re.search(r"--port \d+", command):
-        return re.sub(r"--port \d+", f"--port {port}", command)
-    return f"{command} --port {port}"
+def _with_ports(command: str, flag: str) -> tuple[str, int]:
+    """The command with a free port for each of its port options (a ``--port`` added if it has none), and the port
+    of `flag`."""
+    ports: dict[str, int] = {}
+
+    def free(match: re.Match) -> str:
+        ports[match.group(1)] = _free_port()
+        return f"{match.group(1)} {ports[match.group(1)]}"
+
+    line = re.sub(r"(?<![\w-])(--port|--http-port) \d+", free, command)
+    if not ports:
+        ports["--port"] = _free_port()
+        line = f"{line} --port {ports['--port']}"
+    assert flag in ports, f"{command!r} has no {flag} option"
+    return line, ports[flag]
 
 
 def _group_alive(pgid: int) -> bool:
@@ -145,9 +156,9 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _serve_and_stop(command: str, path: str, workdir: Path, where: str) -> None:
-    port = _free_port()
-    line = _with_port(command, port)
+def _serve_and_stop(command: str, argument: str, workdir: Path, where: str) -> None:
+    path, flag = ([*argument.split(), "--port"])[:2]
+    line, port = _with_ports(command, flag)
     log = workdir / f"server-{port}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=workdir, env=_environment(workdir), stdout=out,
