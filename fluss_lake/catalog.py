@@ -148,8 +148,17 @@ class Catalog:
 
     def _versions(self, path: TablePath) -> list[int]:
         """Metadata version numbers of a table, ascending."""
-        found = (layout.meta_version(n) for n in self.store.list(layout.meta_folder(path.database, path.table)))
-        return sorted(v for v in found if v is not None)
+        return self._listing(path)[0]
+
+    def _listing(self, path: TablePath) -> tuple[list[int], bool]:
+        """Metadata version numbers of a table, ascending, and whether its newest-version record exists."""
+        names = self.store.list(layout.meta_folder(path.database, path.table))
+        found = (layout.meta_version(n) for n in names)
+        return sorted(v for v in found if v is not None), layout.META_LATEST in names
+
+    def _record_latest(self, path: TablePath, version: int) -> None:
+        """Record the newest metadata version after writing it (a later lower record only weakens the check)."""
+        self.store.put(layout.meta_latest(path.database, path.table), dumps_json({"version": version}))
 
     def table_exists(self, path: TablePath) -> bool:
         """Whether the table exists."""
@@ -176,6 +185,7 @@ class Catalog:
                 return self.get_table_info(path)
             raise TableAlreadyExistError(f"table {path} exists already; pass ignore_if_exists=True or drop it first")
         self.store.put_if_absent(layout.table_marker(data_prefix(info)), info.table_id.encode())
+        self._record_latest(path, 0)
         return info
 
     def check_table_alive(self, info: TableInfo) -> None:
@@ -188,7 +198,22 @@ class Catalog:
 
     def get_table_info(self, path: TablePath) -> TableInfo:
         """The table's current metadata."""
-        versions = self._versions(path)
+        versions, recorded = self._listing(path)
+        if recorded:
+            latest_key = layout.meta_latest(path.database, path.table)
+            try:
+                latest = int(loads_json(self.store.get(latest_key), key=latest_key, what="metadata record")["version"])
+            except FileNotFoundError:
+                latest = -1  # dropped meanwhile
+            except (KeyError, TypeError, ValueError) as exc:
+                raise corrupted(latest_key, f"it is not a metadata record ({exc})", what="metadata record") from exc
+            if latest > (versions[-1] if versions else -1):
+                raise corrupted(
+                    layout.meta_key(path.database, path.table, latest),
+                    f"metadata version {latest} of {path} was written but is missing"
+                    + (f" (the newest present is {versions[-1]})" if versions else ""),
+                    what="table metadata",
+                )
         if not versions:
             raise TableNotExistError(f"table {path} does not exist; list_tables({path.database!r}) shows what does")
         key = layout.meta_key(path.database, path.table, versions[-1])
@@ -247,6 +272,7 @@ class Catalog:
             new_info = dataclasses.replace(info, descriptor=descriptor, modified_ms=self.clock())
             key = layout.meta_key(path.database, path.table, versions[-1] + 1)
             if self.store.put_if_absent(key, dumps_json({**new_info.to_json(), "version": versions[-1] + 1})):
+                self._record_latest(path, versions[-1] + 1)
                 return new_info
         raise InvalidAlterError(f"table {path} kept changing while altering it; try again")
 
@@ -277,7 +303,30 @@ class Catalog:
             body = self._get_or_none(key)
             if body is not None:
                 found.append(PartitionInfo.from_json(loads_json(body, key=key, what="partition record")))
+        if info.checksums:
+            self._check_orphans(data, {p.partition_id for p in found})
         return found
+
+    def _check_orphans(self, data: str, listed: set[str]) -> None:
+        """A partition whose data is live (its marker says so) must have its record: one without lost it, and its
+        rows would vanish from every read (a partition being created or dropped says so in its marker)."""
+        stem = layout.partition_data(data, "").rsplit("/", 1)[-1]  # the folder name of a partition, before its id
+        for name in self.store.list(data):
+            if not name.startswith(stem) or name[len(stem) :] in listed:
+                continue
+            marker = layout.partition_marker(f"{data}/{name}")
+            body = self._get_or_none(marker)
+            if body is None or not body.startswith(b'{"_crc32c"'):
+                continue  # gone meanwhile, or a marker of an earlier version (a plain id)
+            state = loads_json(body, key=marker, what="partition marker")
+            if state.get("state") == "live":
+                raise corrupted(
+                    layout.partition_record(data, str(state.get("name"))),
+                    f"partition {state.get('name')!r} is missing its record while its data ({name}) is live: its "
+                    "rows would vanish from every read",
+                    what="partition record",
+                    remedy="restore the record from a backup (or drop the partition's data folder to give up its rows)",
+                )
 
     def get_partition(self, info: TableInfo, spec: str | Mapping[str, object]) -> PartitionInfo:
         """One partition by name (``"eu$20241111"``) or spec (``{"region": "eu", "day": "20241111"}``)."""
@@ -325,8 +374,10 @@ class Catalog:
             )
         if existing is None:
             own = data_prefix(info, partition)
-            self.store.put(layout.partition_marker(own), partition.partition_id.encode())
+            marker = {"partition_id": partition.partition_id, "name": partition.name}
+            self.store.put(layout.partition_marker(own), dumps_json({**marker, "state": "creating"}))
             if self.store.put_if_absent(record, dumps_json(partition.to_json())):
+                self.store.put(layout.partition_marker(own), dumps_json({**marker, "state": "live"}))
                 return partition
             self.store.delete_prefix(own)  # another process won the race
         if ignore_if_exists:
@@ -337,6 +388,10 @@ class Catalog:
 
     def drop_partition(self, info: TableInfo, partition: PartitionInfo) -> None:
         """Delete a partition with its log and state; no delete records are written (Fluss's DROP PARTITION)."""
+        own = data_prefix(info, partition)
+        if self.store.exists(layout.partition_marker(own)):  # a record gone before its data is then no damage
+            marker = {"partition_id": partition.partition_id, "name": partition.name, "state": "dropping"}
+            self.store.put(layout.partition_marker(own), dumps_json(marker))
         self.store.delete(layout.partition_record(data_prefix(info), partition.name))
         self.store.delete_prefix(data_prefix(info, partition))
 

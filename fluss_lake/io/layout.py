@@ -7,6 +7,7 @@ existing stores unreadable.
 ```
 <db>/_database.json                              the database record
 <db>/<table>/_meta/v000000.json ...              table metadata versions (ALTER adds the next)
+<db>/<table>/_meta/_latest.json                  the newest version written (a lower one present lost the newest)
 <db>/<table>/data-<table id>/                    one incarnation of the table (re-creating it starts anew)
     _table_id                                    exists while this incarnation does
     _partitions/<name>.json                      partition records
@@ -33,6 +34,8 @@ __all__ = [
     "table_root",
     "meta_folder",
     "meta_key",
+    "meta_latest",
+    "META_LATEST",
     "meta_version",
     "table_data",
     "table_marker",
@@ -50,6 +53,7 @@ __all__ = [
 ]
 
 DATABASE_MARKER = "_database.json"
+META_LATEST = "_latest.json"
 _META = "_meta"
 _PARTITIONS = "_partitions"
 _JOBS = ".jobs"
@@ -74,6 +78,12 @@ def meta_folder(database: str, table: str) -> str:
 def meta_key(database: str, table: str, version: int) -> str:
     """Metadata version `version` of a table."""
     return f"{meta_folder(database, table)}/v{version:06d}.json"
+
+
+def meta_latest(database: str, table: str) -> str:
+    """The record of a table's newest metadata version (written after each version; a version below it that is
+    missing was lost)."""
+    return f"{meta_folder(database, table)}/{META_LATEST}"
 
 
 def meta_version(name: str) -> int | None:
