@@ -294,6 +294,8 @@ def register_duckdb(
     [(6,)]
     """
     if tables is None:
+        if lake._catalog is None and lake._local_catalog_missing():
+            return []  # nothing was ever tiered here: no views, and no empty catalog created
         tables = [
             TablePath(ns[0], name)
             for ns in lake.catalog.list_namespaces()

@@ -7,7 +7,7 @@ import polars as pl
 from tiering_helpers import LAKE_ON, lake_rows, sorted_rows
 
 import fluss_lake as fl
-from tiering import read_history, read_lake, register_duckdb, tier_once, union_read
+from tiering import Lake, read_history, read_lake, register_duckdb, tier_once, union_read
 
 
 def test_union_read_of_a_log_table_is_complete_and_fresh(store_and_lake):
@@ -115,3 +115,10 @@ def test_duckdb_views_over_union_reads_and_history(local):
     lake_only = duckdb.connect()
     register_duckdb(lake_only, lake, tables=["d.ev"])
     assert lake_only.sql("select count(*) from d.ev").fetchall() == [(10,)]
+
+
+def test_registering_a_lake_never_tiered_creates_nothing(tmp_path) -> None:
+    conn = fl.connect(str(tmp_path / "live"))
+    lake = Lake.local(tmp_path / "lake")
+    assert register_duckdb(duckdb.connect(), lake, conn) == []
+    assert not (tmp_path / "lake").exists()
