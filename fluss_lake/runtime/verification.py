@@ -102,50 +102,30 @@ def verify_table(runtime: TableRuntime, *, repair: bool = False) -> IntegrityRep
     store = runtime.context.store
     damage: list[Damage] = []
     checked = unverified = 0
+    records: list[tuple[str, str, str | None]] = []  # (key, what, partition name) of each JSON record
     folder = layout.meta_folder(info.path.database, info.path.table)
-    for name in store.list(folder):
-        if layout.meta_version(name) is None:
-            continue
-        key = f"{folder}/{name}"
-        checked += 1
-        try:
-            body = store.get(key)
-            unverified += not body.startswith(b'{"_crc32c"')
-            loads_json(body, key=key, what="table metadata")
-        except FileNotFoundError:
-            continue
-        except CorruptedDataError as exc:
-            damage.append(_damage(exc, None, None, "metadata"))
+    records += [
+        (f"{folder}/{n}", "table metadata", None) for n in store.list(folder) if layout.meta_version(n) is not None
+    ]
     partitions: list[PartitionInfo | None] = [None]
     if info.partition_keys:
         data = layout.partitions_folder(data_prefix(info))
-        for name in store.list(data):
-            if name.endswith(".json"):
-                checked += 1
-                key = f"{data}/{name}"
-                try:
-                    body = store.get(key)
-                    unverified += not body.startswith(b'{"_crc32c"')
-                    loads_json(body, key=key, what="partition record")
-                except FileNotFoundError:
-                    continue
-                except CorruptedDataError as exc:
-                    damage.append(_damage(exc, name[: -len(".json")], None, "metadata"))
+        records += [
+            (f"{data}/{n}", "partition record", n[: -len(".json")]) for n in store.list(data) if n.endswith(".json")
+        ]
         partitions = list(runtime.list_partitions())
     column = info.auto_increment_column
     if column is not None:  # the claimed auto-increment ranges
         folder = layout.auto_increment_folder(data_prefix(info), info.schema.column(column).column_id)
-        for name in store.list(folder):
-            key = f"{folder}/{name}"
-            checked += 1
-            try:
-                body = store.get(key)
-                unverified += not body.startswith(b'{"_crc32c"')
-                loads_json(body, key=key, what="auto-increment range claim")
-            except FileNotFoundError:
-                continue
-            except CorruptedDataError as exc:
-                damage.append(_damage(exc, None, None, "metadata"))
+        records += [(f"{folder}/{n}", "auto-increment range claim", None) for n in store.list(folder)]
+    for key, what, partition_name in records:
+        record = _check_record(store, key, what)
+        if record is None:
+            continue  # gone meanwhile
+        checked += 1
+        unverified += record[0]
+        if record[1] is not None:
+            damage.append(_damage(record[1], partition_name, None, "metadata"))
     for partition in partitions:
         tablets = runtime.tablets(partition)
         found = _verify_tablets(tablets, repair=repair)
@@ -232,20 +212,31 @@ def verify_jobs(store: ObjectStore) -> IntegrityReport:
         keys = [f"{prefix}/{n}" for n in store.list(prefix) if n.startswith("ckpt-") and n.endswith(".json")]
         keys += [f"{prefix}/attachments/{n}" for n in store.list(f"{prefix}/attachments")]
         for key in keys:
-            checked += 1
-            try:
-                body = store.get(key)
-                if key.endswith(".json"):
-                    unverified += not body.startswith(b'{"_crc32c"')
-                    loads_json(body, key=key, what="job checkpoint")
-                else:
-                    unverified += not is_sealed(body)
-                    unseal(body, key=key, what="job attachment")
-            except FileNotFoundError:
+            found = _check_record(store, key, "job checkpoint" if key.endswith(".json") else "job attachment")
+            if found is None:
                 continue
-            except CorruptedDataError as exc:
-                damage.append(_damage(exc, None, None, "job"))
+            checked += 1
+            unverified += found[0]
+            if found[1] is not None:
+                damage.append(_damage(found[1], None, None, "job"))
     return IntegrityReport(root, checked, unverified, tuple(damage))
+
+
+def _check_record(store: ObjectStore, key: str, what: str) -> tuple[bool, CorruptedDataError | None] | None:
+    """Read and check one sealed JSON record (or a sealed binary attachment): (written without a checksum, the damage
+    or None); None if it is gone."""
+    try:
+        body = store.get(key)
+    except FileNotFoundError:
+        return None
+    try:
+        if key.endswith(".json"):
+            loads_json(body, key=key, what=what)
+            return not body.startswith(b'{"_crc32c"'), None
+        unseal(body, key=key, what=what)
+        return not is_sealed(body), None
+    except CorruptedDataError as exc:
+        return False, exc
 
 
 def damage_of(exc: CorruptedDataError, kind: str) -> Damage:

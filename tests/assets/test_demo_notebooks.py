@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -23,8 +25,16 @@ regenerate = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(regenerate)
 
 NOTEBOOKS = regenerate.notebook_paths()
-#: what no stored output may hold: absolute paths of a machine (temporary folders, homes, checkouts)
-MACHINE_PATHS = re.compile(r"(/tmp/|/home/|/root/|/Users/|/work/|/var/folders/|[A-Z]:\\\\)")
+#: what no stored output may hold: this machine's folders (the temporary folder, the home, the checkout and the folder
+#: above it), found when the test runs, and Windows drive paths
+MACHINE_PATHS = re.compile(
+    "|".join(
+        re.escape(str(folder).rstrip(os.sep) + os.sep)
+        for folder in {Path(tempfile.gettempdir()), Path.home(), REPO, REPO.parent}
+        if str(folder) not in ("", os.sep)
+    )
+    + r"|[A-Z]:\\\\"
+)
 
 
 def test_there_are_notebooks():
