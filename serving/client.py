@@ -253,6 +253,30 @@ class RemoteConnection:
         return f"<RemoteConnection {self.url}>"
 
 
+def _simple_keys(keys: Any, schema: Schema) -> pa.Table | None:
+    """One key given as a dict of plain ints/strings for integer/string key columns, straight to Arrow (a request
+    per key is the latency case); anything else goes through the library's conformance (and its errors)."""
+    if not (isinstance(keys, list) and len(keys) == 1 and isinstance(keys[0], dict)):
+        return None
+    key = keys[0]
+    dtypes = schema.polars_schema
+    fields = []
+    for name, value in key.items():
+        dtype = dtypes.get(name)
+        if dtype is None:
+            return None
+        if type(value) is int and dtype.is_integer():
+            bits = 8 * {"Int8": 1, "Int16": 2, "Int32": 4, "Int64": 8}.get(str(dtype), 0)
+            if not bits or not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+                return None
+            fields.append(pa.field(name, pa.int64() if bits == 64 else getattr(pa, f"int{bits}")()))
+        elif type(value) is str and dtype == pl.String:
+            fields.append(pa.field(name, pa.large_string()))
+        else:
+            return None
+    return pa.Table.from_pylist([key], schema=pa.schema(fields))
+
+
 class RemoteTable:
     """A served table with the verbs of :class:`fluss_lake.Table` (same arguments, same frames, same errors)."""
 
@@ -333,7 +357,8 @@ class RemoteTable:
 
     # ------------------------------------------------------------ reads
     def _keys(self, keys: Any) -> pa.Table:
-        return to_frame(keys, self.schema).to_arrow()
+        simple = _simple_keys(keys, self.schema)
+        return simple if simple is not None else to_frame(keys, self.schema).to_arrow()
 
     def lookup(self, keys: Any, *, with_found: bool = False, with_offsets: bool = False) -> pl.DataFrame:
         """Current rows for the given primary keys, in key order (see :meth:`fluss_lake.Table.lookup`)."""

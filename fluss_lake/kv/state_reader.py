@@ -176,7 +176,7 @@ class StateReader:
         if with_offsets:
             known = found.copy()
             known[mismatch] = False  # resolved by the slow path: offset unknown
-            rows = rows.with_columns(self._offsets_at(seg_of, row_of, known))
+            rows = rows.hstack([self._offsets_at(seg_of, row_of, known)])  # eager: no query plan per call
         return found, rows
 
     def _offsets_at(self, seg_of: np.ndarray, row_of: np.ndarray, known: np.ndarray) -> pl.Series:

@@ -71,8 +71,8 @@ _OFFSET_SCHEMA = {"_bucket": pl.Int32, "_offset": pl.Int64}
 
 def _with_offsets(rows: pl.DataFrame, bucket: int) -> pl.DataFrame:
     """Rows of one bucket with the store's offset column as ``_bucket``, ``_offset`` (last)."""
-    offsets = rows.get_column(OFFSET_COLUMN).alias("_offset")
-    return rows.drop(OFFSET_COLUMN).with_columns(pl.lit(bucket, pl.Int32).alias("_bucket"), offsets)
+    offsets = rows.drop_in_place(OFFSET_COLUMN).alias("_offset")  # eager, in place: `rows` is this call's own
+    return rows.hstack([pl.Series("_bucket", np.full(rows.height, bucket, dtype=np.int32)), offsets])
 
 
 def _bucket_positions(buckets: np.ndarray) -> dict[int, np.ndarray | None]:
@@ -161,7 +161,9 @@ def _lookup_in(
         stacked = pl.concat(results, how="vertical")
         order = np.argsort(np.concatenate(positions), kind="stable")
         out = stacked[order]
-    return out if with_found else out.drop("_found")
+    if not with_found:
+        out.drop_in_place("_found")  # in place: an eager drop() plans and collects a query
+    return out
 
 
 class Lookuper:
@@ -213,6 +215,8 @@ class Lookuper:
         """
         runtime = self.runtime
         frame = _key_frame(runtime.schema, keys, runtime.schema.primary_key)
+        if frame.height == 1 and not with_offsets and not self.insert_if_not_exists:
+            return self._one(frame, with_found)  # a request per key (a served feature): the point path
         inserter = KeyInserter(runtime) if self.insert_if_not_exists else None
         if self._partitioned:
             out = self._lookup_partitioned(frame, with_found, with_offsets, inserter)
@@ -220,6 +224,16 @@ class Lookuper:
             out = _lookup_in(runtime.tablets(self.partition), frame, with_found, with_offsets, inserter)
         if inserter is not None and inserter.inserted:
             maybe_maintain(runtime)
+        return out
+
+    def _one(self, frame: pl.DataFrame, with_found: bool) -> pl.DataFrame:
+        """One validated key through :meth:`_lookup_one`, as the one-row frame the batched path gives."""
+        key = frame.row(0, named=True)
+        row = self._lookup_one(key)
+        schema = self.runtime.schema.polars_schema
+        out = pl.from_dicts([row if row is not None else key], schema=schema)  # absent: value columns null
+        if with_found:
+            out.insert_column(out.width, pl.Series("_found", [row is not None], pl.Boolean))
         return out
 
     def _lookup_partitioned(
@@ -245,7 +259,9 @@ class Lookuper:
             out = pl.DataFrame(schema={**schema.polars_schema, "_found": pl.Boolean, **system})
         else:
             out = pl.concat(results, how="vertical")[np.argsort(np.concatenate(positions), kind="stable")]
-        return out if with_found else out.drop("_found")
+        if not with_found:
+            out.drop_in_place("_found")
+        return out
 
     def lookup_one(self, key: Any) -> dict | None:
         """The current row of one primary key (a dict of key columns), or None: the low-latency path.
