@@ -461,6 +461,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=4, help="concurrent client processes (default 4)")
     parser.add_argument("--skip-feast", action="store_true", help="leave Feast's feature server out")
     parser.add_argument("--feast-python", default=None, help="an interpreter that has feast installed")
+    parser.add_argument("--server-threads", type=int, default=None,
+                        help="POLARS_MAX_THREADS of the server process (default: Polars' own, one per core)")
     parser.add_argument("--feast-workers", type=int, default=2, help="feast serve worker processes (default 2)")
     parser.add_argument("--redis-server", default=shutil.which("redis-server") or "redis-server")
     args = parser.parse_args(argv)
@@ -478,6 +480,8 @@ def main(argv: list[str] | None = None) -> None:
         server_cmd = [sys.executable, "-m", "serving", "serve", "--store", store, "--port", str(port),
                       "--log-interval", "3600"]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([_ROOT, *filter(None, [os.environ.get("PYTHONPATH")])]))
+        if args.server_threads:
+            env["POLARS_MAX_THREADS"] = str(args.server_threads)
         redis_port = free_port()
         redis_ok, redis_why = True, ""
         redis_cmd = [args.redis_server, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",

@@ -177,7 +177,7 @@ def online_features(
         for index, view in group:
             outputs[index] = _view_values(rows, view, now_expr)
     columns = [s for i in range(len(views)) for s in outputs[i][0]]
-    frame = entities.with_columns(columns) if columns else entities
+    frame = _with_columns(entities, columns)
     result = OnlineFeatures(
         frame,
         when,
@@ -190,6 +190,16 @@ def online_features(
         log_served_features(log, result, request_id=request_id)
         result = replace(result, request_id=request_id)
     return result if with_status else frame
+
+
+def _with_columns(frame: pl.DataFrame, columns: list[pl.Series]) -> pl.DataFrame:
+    """`frame` with `columns` added (or replacing same-named ones), eagerly: no query plan per request."""
+    if not columns:
+        return frame
+    names = {c.name for c in columns}
+    if names.isdisjoint(frame.columns):
+        return frame.hstack(columns)
+    return frame.with_columns(columns)
 
 
 def _delegate(
@@ -293,16 +303,16 @@ def _lookup(entities: pl.DataFrame, group: list[tuple[int, FeatureView]]) -> pl.
     table = view.table
     assert table is not None
     dtypes = table.schema.polars_schema
-    keys = []
-    for entity_col, key_col in view.key_pairs():
+    keys = {}
+    for entity_col, key_col in view.key_pairs():  # Series casts, not a query: this runs once per request
         common_key_dtype(entities.schema[entity_col], dtypes[key_col], f"{view.label} key {key_col!r}")
-        keys.append(pl.col(entity_col).cast(dtypes[key_col], strict=False).alias(key_col))
-    key_frame = entities.select(keys).select(table.schema.primary_key)
-    complete = key_frame.select(pl.all_horizontal(pl.all().is_not_null())).to_series()
+        keys[key_col] = entities.get_column(entity_col).cast(dtypes[key_col], strict=False).alias(key_col)
+    key_frame = pl.DataFrame([keys[c] for c in table.schema.primary_key])
     need_times = any(v.event_time is None for _, v in group)
-    if complete.all():
+    if not any(series.null_count() for series in keys.values()):
         rows = table.lookup(key_frame, with_found=True, with_offsets=need_times)
     else:  # null keys (or keys out of the table's range) match nothing: look up the rest
+        complete = key_frame.select(pl.all_horizontal(pl.all().is_not_null())).to_series()
         indexed = key_frame.with_row_index(_POS).filter(complete)
         found = table.lookup(indexed.drop(_POS), with_found=True, with_offsets=need_times)
         rows = (
@@ -312,7 +322,7 @@ def _lookup(entities: pl.DataFrame, group: list[tuple[int, FeatureView]]) -> pl.
             .with_columns(pl.col("_found").fill_null(False))
         )
     if need_times:
-        rows = rows.with_columns(pl.Series(f"{INTERNAL_PREFIX}commit_ms", _commit_times(table, rows)))
+        rows = rows.hstack([pl.Series(f"{INTERNAL_PREFIX}commit_ms", _commit_times(table, rows))])
     return rows
 
 
@@ -478,6 +488,20 @@ def _commit_times(table: Table, rows: pl.DataFrame) -> np.ndarray:
     out = np.zeros(rows.height, dtype=np.int64)
     found = rows.get_column("_found").to_numpy()
     if not found.any():
+        return out
+    if not table.is_partitioned:  # arrays only: the per-request path of a served feature
+        positions = np.flatnonzero(found)
+        offset_series = rows.get_column("_offset").gather(positions)
+        known = offset_series.is_not_null().to_numpy()
+        out[positions[~known]] = _EXPIRED
+        positions = positions[known]
+        offsets = offset_series.to_numpy()[known].astype(np.int64, copy=False)
+        buckets = rows.get_column("_bucket").gather(positions).to_numpy()
+        tablets = table._tablets()
+        for bucket in np.unique(buckets).tolist():
+            where = buckets == bucket
+            tablet = tablets.log_tablet(int(bucket))
+            out[positions[where]] = _batch_times(tablet).commit_times(tablet, offsets[where])
         return out
     picked = rows.with_row_index(_POS).filter(pl.col("_found"))
     if table.is_partitioned:
