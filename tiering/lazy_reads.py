@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 from polars.io.plugins import register_io_source
 
-from fluss_lake.exceptions import TableNotExistError
+from fluss_lake.exceptions import InvalidConfigError, TableNotExistError
 from fluss_lake.metadata.table_path import TablePath
 from tiering.schema import BUCKET, OFFSET, TIMESTAMP
 
@@ -111,6 +111,9 @@ def scan_union(live: Table, lake: Lake, *, system_columns: bool = False, **optio
 
     dtypes = dict(live.schema.polars_schema)
     if options.get("columns") is not None:
+        unknown = [c for c in options["columns"] if c not in dtypes]
+        if unknown:
+            raise InvalidConfigError(f"unknown column(s) {unknown}; {live.path} has {list(dtypes)}")
         dtypes = {c: dtypes[c] for c in options["columns"]}
     if system_columns:
         dtypes.update({BUCKET: pl.Int32(), OFFSET: pl.Int64(), TIMESTAMP: pl.Datetime("us", "UTC")})

@@ -71,6 +71,8 @@ def _dnf(node: Any, columns: set[str]) -> DNF | None:
         return None
     if kind == "Function":
         return _function(body, columns)
+    if kind == "Column" and body in columns:  # a boolean column as the predicate (Polars folds `== True` to it)
+        return [[(body, "=", True)]]
     return None
 
 
