@@ -26,10 +26,17 @@ if TYPE_CHECKING:
 __all__ = ["scan_lake", "scan_history", "scan_union", "planned"]
 
 
-def planned(build: Callable[[], pl.LazyFrame], schema: pl.Schema, *, name: str) -> pl.LazyFrame:
+def planned(
+    build: Callable[[], pl.LazyFrame],
+    schema: pl.Schema,
+    *,
+    name: str,
+    build_columns: Callable[[list[str]], pl.LazyFrame] | None = None,
+) -> pl.LazyFrame:
     """A LazyFrame of `schema` that calls `build()` on each collect and streams it with the pushed-down work.
 
     Columns `build()` has beyond `schema` (added to the lake since) are left out; a column it lacks is an error.
+    `build_columns(names)`, if given, builds a frame of only those columns (for a projection it can push further).
     """
     names = list(schema)
 
@@ -38,7 +45,11 @@ def planned(build: Callable[[], pl.LazyFrame], schema: pl.Schema, *, name: str) 
     ) -> Iterator[pl.DataFrame]:
         if n_rows == 0:
             return
-        lazy = build().select(names)
+        used = names
+        if with_columns is not None:
+            wanted = set(with_columns) | (set(predicate.meta.root_names()) if predicate is not None else set())
+            used = [c for c in names if c in wanted]
+        lazy = build().select(names) if build_columns is None or used == names else build_columns(used).select(used)
         if predicate is not None:
             lazy = lazy.filter(predicate)
         if with_columns is not None:
@@ -117,8 +128,16 @@ def scan_union(live: Table, lake: Lake, *, system_columns: bool = False, **optio
         dtypes = {c: dtypes[c] for c in options["columns"]}
     if system_columns:
         dtypes.update({BUCKET: pl.Int32(), OFFSET: pl.Int64(), TIMESTAMP: pl.Datetime("us", "UTC")})
+    names = list(live.schema.names)
+    given = {k: v for k, v in options.items() if k != "columns"}
+
+    def projected(used: list[str]) -> pl.LazyFrame:  # the live tail of a log table decodes only these columns
+        columns = [c for c in used if c in names] or names[:1]
+        return union_read(live, lake, columns=columns, system_columns=system_columns, **given)
+
     return planned(
         lambda: union_read(live, lake, system_columns=system_columns, **options),
         pl.Schema(dtypes),
         name=f"union {live.path}",
+        build_columns=projected,
     )

@@ -182,7 +182,7 @@ def union_read(
     )
     starts = {k: snap.start(k, now.ids.get(k[0])) for k in end}  # type: ignore[arg-type]
     if not live.is_primary_key_table:
-        tail = _tail(now, {k: max(starts[k], earliest[k]) for k in end})
+        tail = _tail(now, {k: max(starts[k], earliest[k]) for k in end}, columns=names)
         parts = [frame for frame in (lake_rows, _tail_rows(tail).lazy()) if frame is not None]
         return pl.concat([p.select(keep) for p in parts], how="vertical_relaxed")
     pk = list(live.schema.primary_key)
@@ -202,10 +202,14 @@ def union_read(
     return merged.select(keep)
 
 
-def _tail(now: LiveOffsets, starts: dict[tuple[str | None, int], int]) -> pl.DataFrame:
-    """The live log from `starts` to the ends of every partition and bucket."""
+def _tail(
+    now: LiveOffsets, starts: dict[tuple[str | None, int], int], columns: Sequence[str] | None = None
+) -> pl.DataFrame:
+    """The live log from `starts` to the ends of every partition and bucket (only `columns` decoded, if given)."""
     frames = [
-        log_reader(handle).scan_log(start_offsets=now.of(name, starts), end_offsets=now.of(name, now.end))
+        log_reader(handle).scan_log(
+            start_offsets=now.of(name, starts), end_offsets=now.of(name, now.end), columns=columns
+        )
         for name, handle in now.handles.items()
     ]
     if not frames:
