@@ -34,6 +34,7 @@ from fluss_lake.runtime import maintenance
 from fluss_lake.runtime.table_runtime import TableRuntime
 from fluss_lake.runtime.tablet_set import TabletSet
 from fluss_lake.runtime.verification import IntegrityReport, verify_table
+from fluss_lake.scan.sources import scan_lazy
 from fluss_lake.write.append_writer import AppendWriter
 from fluss_lake.write.upsert_writer import UpsertWriter
 from fluss_lake.write.write_result import WriteResult
@@ -429,9 +430,28 @@ class Table:
         """Current rows: a primary-key table's state, or every row of a log table."""
         return state_scan.read_rows(self._runtime, self._partition, columns=columns)
 
-    def to_lazy(self, *, columns: Sequence[str] | None = None) -> pl.LazyFrame:
-        """Current rows as a LazyFrame; a primary-key table's state is scanned from its on-disk segments."""
-        return state_scan.read_lazy(self._runtime, self._partition, columns=columns)
+    def to_lazy(self, *, columns: Sequence[str] | None = None, view: str = "rows") -> pl.LazyFrame:
+        """A LazyFrame that reads the table when collected (each collect sees the table as it is then).
+
+        `view` is ``"rows"`` (current rows: a primary-key table's state, scanned bucket by bucket from its
+        on-disk segments; every row of a log table), ``"log"`` (every retained log record with its system
+        columns, as :meth:`scan_log`) or ``"changelog"`` (the ``$changelog`` view, as :meth:`changelog`).
+        Record batches are streamed: only projected columns are decoded, log batches whose statistics
+        (``table.statistics.columns``) rule out a filter are skipped unread, and ``head``/``limit`` stop early.
+
+        Examples
+        --------
+        >>> import tempfile, polars as pl, fluss_lake as fl
+        >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+        >>> _ = conn.create_table("d.ev", schema={"id": "INT", "v": "STRING"},
+        ...                       options={"table.statistics.columns": "id"})
+        >>> ev = conn.get_table("d.ev"); _ = ev.append([{"id": 1, "v": "a"}]); _ = ev.append([{"id": 7, "v": "b"}])
+        >>> ev.to_lazy().filter(pl.col("id") > 5).select("v").collect()["v"].to_list()  # the first batch unread
+        ['b']
+        >>> ev.to_lazy(view="changelog").select("_change_type", "id").collect().rows()
+        [('insert', 1), ('insert', 7)]
+        """
+        return scan_lazy(self._runtime, self._partition, view=view, columns=columns)
 
     def limit_scan(self, limit: int, *, columns: Sequence[str] | None = None) -> pl.DataFrame:
         """At most `limit` rows, reading only until that many are found (Fluss's limit scan, for previews).

@@ -182,7 +182,7 @@ def union_read(
     )
     starts = {k: snap.start(k, now.ids.get(k[0])) for k in end}  # type: ignore[arg-type]
     if not live.is_primary_key_table:
-        tail = _tail(now, {k: max(starts[k], earliest[k]) for k in end})
+        tail = _tail(now, {k: max(starts[k], earliest[k]) for k in end}, columns=names)
         parts = [frame for frame in (lake_rows, _tail_rows(tail).lazy()) if frame is not None]
         return pl.concat([p.select(keep) for p in parts], how="vertical_relaxed")
     pk = list(live.schema.primary_key)
@@ -202,10 +202,14 @@ def union_read(
     return merged.select(keep)
 
 
-def _tail(now: LiveOffsets, starts: dict[tuple[str | None, int], int]) -> pl.DataFrame:
-    """The live log from `starts` to the ends of every partition and bucket."""
+def _tail(
+    now: LiveOffsets, starts: dict[tuple[str | None, int], int], columns: Sequence[str] | None = None
+) -> pl.DataFrame:
+    """The live log from `starts` to the ends of every partition and bucket (only `columns` decoded, if given)."""
     frames = [
-        log_reader(handle).scan_log(start_offsets=now.of(name, starts), end_offsets=now.of(name, now.end))
+        log_reader(handle).scan_log(
+            start_offsets=now.of(name, starts), end_offsets=now.of(name, now.end), columns=columns
+        )
         for name, handle in now.handles.items()
     ]
     if not frames:
@@ -272,13 +276,19 @@ def register_duckdb(
     *,
     tables: Sequence[str | TablePath] | None = None,
     union: bool = True,
+    live: bool = False,
 ) -> list[str]:
     """Register lake tables (union reads when `connection` is given and `union`) as DuckDB views ``db.table``,
     and primary-key histories as ``db."table__history"``; returns the view names.
 
-    The views read Arrow data handed over by Polars, not DuckDB's iceberg extension: duckdb 2.0.1 cannot
-    install that extension offline and the PyPI extension wheels only load into duckdb 1.5.5 (STACK-NOTES §4).
-    The data is read when registering: register again to see newer data.
+    With `live` (and a `connection`) every live table gets a view too: ``db.table`` for a table the lake does
+    not hold (its current rows, ``Table.to_lazy()``), and ``db."table$changelog"`` for each (its ``$changelog``).
+
+    Registering reads no data: each view is a Polars LazyFrame that DuckDB collects on every query, handing it
+    the query's columns and filters; it plans the lake files and reads the live log then (:mod:`tiering.lazy_reads`,
+    ``Table.to_lazy``), so a view always shows the data as of the query. Lake data is read by Polars' Parquet
+    scan, not DuckDB's iceberg extension: duckdb 2.0.1 cannot install that extension offline and the PyPI
+    extension wheels only load into duckdb 1.5.5 (STACK-NOTES §4).
 
     Examples
     --------
@@ -292,30 +302,43 @@ def register_duckdb(
     ['d.ev']
     >>> con.sql("select sum(v) from d.ev").fetchall()
     [(6,)]
+    >>> _ = conn.get_table("d.ev").append([{"v": 4}])   # seen by the next query, no registering again
+    >>> con.sql("select sum(v) from d.ev").fetchall()
+    [(10,)]
     """
+    from tiering.lazy_reads import scan_history, scan_lake, scan_union
+
+    never_tiered = lake._catalog is None and lake._local_catalog_missing()
     if tables is None:
-        if lake._catalog is None and lake._local_catalog_missing():
-            return []  # nothing was ever tiered here: no views, and no empty catalog created
-        tables = [
-            TablePath(ns[0], name)
-            for ns in lake.catalog.list_namespaces()
-            for _, name in lake.catalog.list_tables(ns)
-            if not name.endswith("__history")
-        ]
-    views = []
+        tables = (
+            []  # nothing was ever tiered here: no lake views, and no empty catalog created
+            if never_tiered
+            else [
+                TablePath(ns[0], name)
+                for ns in lake.catalog.list_namespaces()
+                for _, name in lake.catalog.list_tables(ns)
+                if not name.endswith("__history")
+            ]
+        )
+    frames: dict[tuple[str, str], pl.LazyFrame] = {}
     for path in map(TablePath.of, tables):
-        frames = {}
         if connection is not None and union:
-            frames[path.table] = union_read(connection.get_table(path), lake)
+            frames[path.database, path.table] = scan_union(connection.get_table(path), lake)
         else:
-            frames[path.table] = read_lake(lake, path)
-        history = lake.load(path, "history")
-        if history is not None:
-            frames[path.table + "__history"] = _history(lake, history)
-        con.execute(f'CREATE SCHEMA IF NOT EXISTS "{path.database}"')
-        for name, frame in frames.items():
-            hidden = f"__fluss_lake_{path.database}_{name}"
-            con.register(hidden, frame.collect().to_arrow())
-            con.execute(f'CREATE OR REPLACE VIEW "{path.database}"."{name}" AS SELECT * FROM "{hidden}"')
-            views.append(f"{path.database}.{name}")
+            frames[path.database, path.table] = scan_lake(lake, path)
+        if lake.load(path, "history") is not None:
+            frames[path.database, path.table + "__history"] = scan_history(lake, path)
+    if live and connection is not None:
+        for database in connection.list_databases():
+            for name in connection.list_tables(database):
+                table = connection.get_table(TablePath(database, name))
+                frames.setdefault((database, name), table.to_lazy())
+                frames[database, name + "$changelog"] = table.to_lazy(view="changelog")
+    views = []
+    for (database, name), frame in frames.items():
+        con.execute(f'CREATE SCHEMA IF NOT EXISTS "{database}"')
+        hidden = f"__fluss_lake_{database}_{name}"
+        con.register(hidden, frame)
+        con.execute(f'CREATE OR REPLACE VIEW "{database}"."{name}" AS SELECT * FROM "{hidden}"')
+        views.append(f"{database}.{name}")
     return views

@@ -35,7 +35,7 @@ def binlog(runtime: TableRuntime, partition: PartitionInfo | None, **options: An
     return binlog_view(runtime.tablets(partition), **options)
 
 
-_CHANGELOG_NAMES = {"+A": "insert", "+I": "insert", "-U": "update_before", "+U": "update_after", "-D": "delete"}
+CHANGELOG_NAMES = {"+A": "insert", "+I": "insert", "-U": "update_before", "+U": "update_after", "-D": "delete"}
 
 
 def changelog_view(
@@ -60,7 +60,7 @@ def changelog_view(
     """
     raw = read_buckets(source, start_offsets=start_offsets, end_offsets=end_offsets, start_timestamp=start_timestamp)
     view = raw.select(
-        pl.col("_change_type").cast(pl.String).replace_strict(_CHANGELOG_NAMES).alias("_change_type"),
+        pl.col("_change_type").cast(pl.String).replace_strict(CHANGELOG_NAMES).alias("_change_type"),
         pl.col("_offset").alias("_log_offset"),
         pl.col("_commit_timestamp"),
         *source.schema.names,

@@ -7,7 +7,7 @@ Rows come with system columns ``_bucket``, ``_offset``, ``_change_type`` (``+A +
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -23,6 +23,7 @@ __all__ = [
     "read_buckets",
     "batch_headers",
     "read_range",
+    "iter_range",
     "empty_frame",
     "check_change_types",
     "check_bucket",
@@ -93,6 +94,20 @@ def read_range(
     kinds: frozenset[str] | None = None,
 ) -> list[pl.DataFrame]:
     """Frames for ``[start, end)`` of one bucket with batch skipping and exact row filtering."""
+    return list(iter_range(source, bucket, start, end, columns, groups, stats_needed, kinds))
+
+
+def iter_range(
+    source: LogSource,
+    bucket: int,
+    start: int,
+    end: int,
+    columns: Sequence[str],
+    groups: list,
+    stats_needed: set[str],
+    kinds: frozenset[str] | None = None,
+) -> Iterator[pl.DataFrame]:
+    """:func:`read_range` one batch at a time (a streaming scan holds one decoded batch, not the bucket)."""
     tablet = source.log_tablet(bucket)
     deletes_only = kinds is not None and kinds <= {"-D"}
     header_filter = None
@@ -102,7 +117,6 @@ def read_range(
             return not (deletes_only and h.deletes == 0) and (not groups or may_match(groups, h))
 
     read_cols = list(dict.fromkeys([*columns, *stats_needed]))
-    frames = []
     expr = to_expression(groups)
     if kinds is not None:
         kind_expr = pl.col("_change_type").is_in(sorted(kinds))
@@ -114,8 +128,7 @@ def read_range(
             frame = frame.with_columns(pl.col("_offset") + (start - batch.header.base_offset))
         if expr is not None:
             frame = frame.filter(expr)
-        frames.append(frame.select(*SYSTEM_COLUMNS, *columns))
-    return frames
+        yield frame.select(*SYSTEM_COLUMNS, *columns)
 
 
 def read_buckets(

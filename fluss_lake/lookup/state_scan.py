@@ -16,7 +16,7 @@ from fluss_lake.log.log_reads import empty_frame, read_buckets
 from fluss_lake.metadata.partition import PartitionInfo
 from fluss_lake.runtime.table_runtime import TableRuntime
 
-__all__ = ["BucketState", "bucket_state", "read_rows", "read_lazy", "read_limit"]
+__all__ = ["BucketState", "bucket_state", "read_rows", "read_limit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,24 +55,6 @@ def read_rows(
     frame = pl.concat(parts, how="vertical") if parts else pl.DataFrame(schema=schema.polars_schema)
     assert isinstance(frame, pl.DataFrame)
     return frame.select(columns) if columns else frame
-
-
-def read_lazy(
-    runtime: TableRuntime, partition: PartitionInfo | None, *, columns: Sequence[str] | None = None
-) -> pl.LazyFrame:
-    """Current rows as a LazyFrame; a primary-key table's state is scanned from its on-disk segments."""
-    if not runtime.info.is_primary_key_table:
-        return read_rows(runtime, partition, columns=columns).lazy()
-    parts = [
-        tablets.kv_tablet(b).scan_state(lazy=True)[0]
-        for tablets in runtime.scope(partition)
-        for b in range(tablets.bucket_num)
-    ]
-    if not parts:
-        return read_rows(runtime, partition, columns=columns).lazy()
-    lazy = pl.concat(parts, how="vertical")
-    assert isinstance(lazy, pl.LazyFrame)
-    return lazy.select(columns) if columns else lazy
 
 
 def read_limit(
