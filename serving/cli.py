@@ -83,6 +83,13 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     logger = logging.getLogger("serving")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    # The handlers come first: the server answers (health included) as soon as it is built, and a SIGTERM from
+    # then on must drain, not kill.
+    stop = threading.Event()
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
     try:
         config = ServerConfig(
             store=args.store,
@@ -111,12 +118,9 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     except FlussLakeError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         logger.removeHandler(handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
         return 2
-    stop = threading.Event()
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous[sig] = signal.signal(sig, lambda *_: stop.set())
     auth = f"{len(config.tokens.tokens)} token(s)" if config.tokens else "no authentication (loopback)"
     http = f", http://{config.host}:{server.http.port}/get-online-features" if server.http is not None else ""
     _say(out, f"serving {server.connection.url} on {server.location}{http} ({auth}; pid {os.getpid()})")
