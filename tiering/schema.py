@@ -9,10 +9,6 @@ the first system column, so system columns stay last.
 Iceberg has no fixed-size list: a vector column (a Polars ``Array``, ARRAY of fixed length) is stored as a list
 whose field doc records the length (``fluss.vector.dimension=128``); :func:`vector_dtypes` reads it back so lake
 reads give the ``Array`` dtype again.
-
-Known gap (pyiceberg 0.12, apache/iceberg-python#3833): pyiceberg's writer rebuilds a list or map whose elements
-or values are structs from its offsets and drops its null mask, so a null ``ARRAY<ROW<...>>`` or
-``MAP<k, ROW<...>>`` value reaches the lake as an empty one (live reads are unaffected).
 """
 
 from __future__ import annotations
