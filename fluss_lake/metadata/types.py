@@ -196,7 +196,7 @@ class _Parser:
 
 
 def _leaf_arrow(dtype: pl.DataType) -> pa.DataType:
-    """The Arrow type Polars uses for a non-nested dtype (``STRING`` -> ``large_string``)."""
+    """The Arrow type Polars uses for a dtype (``STRING`` -> ``large_string``)."""
     return pl.Series([], dtype=dtype).to_arrow().type
 
 
@@ -290,12 +290,8 @@ def fluss_type_name(dtype: pl.DataType) -> str:
         return f"TIMESTAMP_LTZ({precision})" if dtype.time_zone else f"TIMESTAMP({precision})"
     if dtype == pl.Time():
         return "TIME"
-    if isinstance(dtype, pl.List | pl.Array):
-        return f"ARRAY<{fluss_type_name(to_polars_dtype(dtype.inner))}>"
-    if isinstance(dtype, pl.Map):
-        return f"MAP<{fluss_type_name(to_polars_dtype(dtype.key))}, {fluss_type_name(to_polars_dtype(dtype.value))}>"
-    if isinstance(dtype, pl.Struct):
-        return "ROW<" + ", ".join(f"{f.name} {fluss_type_name(to_polars_dtype(f.dtype))}" for f in dtype.fields) + ">"
+    if isinstance(dtype, pl.List | pl.Array | pl.Map | pl.Struct):
+        return arrow_type_name(_leaf_arrow(dtype))  # ARRAY<...>, MAP<...>, ROW<...> with quoted odd field names
     return str(dtype)
 
 
