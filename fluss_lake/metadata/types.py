@@ -29,6 +29,7 @@ __all__ = [
     "is_key_supported",
     "parse_type",
     "to_polars_dtype",
+    "type_name_of",
 ]
 
 DataTypeLike: TypeAlias = str | pl.DataType | type[pl.DataType] | pa.DataType
@@ -320,6 +321,19 @@ def declare(dtype: DataTypeLike) -> DeclaredType:
     if isinstance(dtype, pa.DataType):
         return DeclaredType(_polars_of_arrow(dtype), True, dtype if has_inner_not_null(dtype) else None)
     return DeclaredType(to_polars_dtype(dtype))
+
+
+def type_name_of(dtype: DataTypeLike) -> str:
+    """The Fluss name a column declared with `dtype` shows (``NOT NULL`` inside nested types kept, a trailing one
+    dropped: that is the column's nullability).
+
+    Examples
+    --------
+    >>> type_name_of("array<int not null> not null"), type_name_of("varchar(3)")
+    ('ARRAY<INT NOT NULL>', 'STRING')
+    """
+    declared = declare(dtype)
+    return arrow_type_name(declared.arrow) if declared.arrow is not None else fluss_type_name(declared.dtype)
 
 
 KEY_UNSUPPORTED = "ARRAY, MAP and ROW"

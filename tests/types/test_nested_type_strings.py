@@ -100,3 +100,17 @@ def test_nested_columns_cannot_be_primary_or_bucket_keys(tmp_path, kind, keys) -
     with pytest.raises(fl.InvalidTableError, match="cannot be a primary-key or bucket-key column"):
         conn.create_table("d.t", schema={"k": kind, "v": "INT"}, **keys)
     assert conn.list_tables("d") == []
+
+
+def test_a_demo_table_spec_with_nested_not_null_types_matches_its_stored_table(tmp_path) -> None:
+    from assets.tables import LiveTableSpec, schema_differences
+
+    spec = LiveTableSpec("t", {"id": "BIGINT", "v": "array<row<a int not null>>", "m": "MAP<STRING, DOUBLE>"}, "t",
+                         primary_key=("id",))
+    conn = fl.connect(str(tmp_path))
+    conn.create_database("d")
+    conn.create_table("d.t", schema=dict(spec.schema), primary_key=["id"])
+    assert schema_differences(spec, conn.get_table("d.t")) == []
+    other = LiveTableSpec("t", {**spec.schema, "v": "ARRAY<ROW<a INT>>"}, "t", primary_key=("id",))
+    assert schema_differences(other, conn.get_table("d.t")) == [
+        "column v: ARRAY<ROW<a INT NOT NULL>> != declared ARRAY<ROW<a INT>>"]
