@@ -110,7 +110,15 @@ def _restored(dtype: pl.DataType, field: pa.Field) -> pl.DataType:
 
 def vector_dtypes(lake_schema: pa.Schema, dtypes: pl.Schema) -> dict[str, pl.DataType]:
     """The columns of a lake read (`dtypes`, from the lake's Arrow schema with field docs) that hold vectors,
-    with the Polars dtype that gives them their fixed length (``Array``) again."""
+    with the Polars dtype that gives them their fixed length (``Array``) again.
+
+    Examples
+    --------
+    >>> from fluss_lake import Schema
+    >>> lake = lake_arrow_schema(Schema.of({"id": "INT", "emb": pl.Array(pl.Float32, 4)}), "log")
+    >>> vector_dtypes(lake, pl.Schema({"id": pl.Int32, "emb": pl.List(pl.Float32)}))
+    {'emb': Array(Float32, shape=(4,))}
+    """
     restored = {f.name: _restored(dtypes[f.name], f) for f in lake_schema if f.name in dtypes}
     return {name: dtype for name, dtype in restored.items() if dtype != dtypes[name]}
 

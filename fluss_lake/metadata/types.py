@@ -220,7 +220,13 @@ def _is_nested_arrow(kind: pa.DataType) -> bool:
 
 
 def has_inner_not_null(kind: pa.DataType) -> bool:
-    """Whether a nested Arrow type declares a NOT NULL element, value or field (a map's key is always NOT NULL)."""
+    """Whether a nested Arrow type declares a NOT NULL element, value or field (a map's key is always NOT NULL).
+
+    Examples
+    --------
+    >>> has_inner_not_null(pa.list_(pa.field("item", pa.int32(), nullable=False))), has_inner_not_null(pa.int32())
+    (True, False)
+    """
     if isinstance(kind, pa.MapType):
         return not kind.item_field.nullable or has_inner_not_null(kind.key_type) or has_inner_not_null(kind.item_type)
     if isinstance(kind, pa.ListType | pa.LargeListType | pa.FixedSizeListType):
@@ -237,6 +243,13 @@ def arrow_type_name(kind: pa.DataType) -> str:
     """The Fluss name of an Arrow type, ``NOT NULL`` of nested elements and fields included.
 
     A ``fixed_size_list`` is an ``ARRAY`` (Fluss has no vector type; the length is kept by the table's schema).
+
+    Examples
+    --------
+    >>> arrow_type_name(pa.map_(pa.string(), pa.struct([pa.field("a b", pa.float32(), nullable=False)])))
+    'MAP<STRING, ROW<`a b` FLOAT NOT NULL>>'
+    >>> arrow_type_name(pa.list_(pa.float32(), 128))
+    'ARRAY<FLOAT>'
     """
 
     def inner(field: pa.Field) -> str:
