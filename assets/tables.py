@@ -268,6 +268,6 @@ def schema_differences(spec: LiveTableSpec, table: fl.Table) -> list[str]:
 
 def _normalize(type_name: str) -> str:
     """The Fluss spelling the store reports for a declared type name."""
-    from fluss_lake.metadata.types import fluss_type_name, to_polars_dtype
+    from fluss_lake.metadata.types import type_name_of
 
-    return fluss_type_name(to_polars_dtype(type_name))
+    return type_name_of(type_name)

@@ -126,6 +126,10 @@ class Lake:
         if self._catalog is None:
             from pyiceberg.catalog import load_catalog
 
+            from tiering.nested_nulls import install
+
+            install()  # null ARRAY<ROW>/MAP<k, ROW> values stay null in lake files (pyiceberg 0.12 drops them)
+
             if self.properties.get("type") == "sql" and self.properties["uri"].startswith("sqlite:///"):
                 os.makedirs(os.path.dirname(self.properties["uri"][len("sqlite:///") :]) or ".", exist_ok=True)
             for attempt in range(5):

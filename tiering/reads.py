@@ -26,7 +26,7 @@ from fluss_lake.training.history import with_partition_name
 from tiering.changes import apply_changes, fold_changes
 from tiering.lake_snapshot import LakeSnapshot
 from tiering.log_reader import LiveOffsets, live_offsets, log_reader
-from tiering.schema import BUCKET, CHANGE_TYPE, OFFSET, SYSTEM_COLUMNS, TIMESTAMP
+from tiering.schema import BUCKET, CHANGE_TYPE, OFFSET, SYSTEM_COLUMNS, TIMESTAMP, vector_dtypes
 from tiering.state_index import state_index
 
 if TYPE_CHECKING:
@@ -43,9 +43,20 @@ def _scan(lake: Lake, iceberg_table: Any, snapshot_id: int | None = None) -> pl.
     """A lazy scan of one snapshot (default: the current one), position deletes applied."""
     import pyarrow as pa
 
-    empty = pl.from_arrow(pa.schema(iceberg_table.schema().as_arrow()).empty_table())
+    lake_schema = pa.schema(iceberg_table.schema().as_arrow())
+    empty = pl.from_arrow(lake_schema.empty_table())
     assert isinstance(empty, pl.DataFrame)
     schema = empty.schema
+    vectors = vector_dtypes(lake_schema, schema)  # Iceberg lists that were fixed-length (vectors) live
+    if vectors:
+        return _scan_files(lake, iceberg_table, snapshot_id, schema).with_columns(
+            [pl.col(name).cast(dtype) for name, dtype in vectors.items()]
+        )
+    return _scan_files(lake, iceberg_table, snapshot_id, schema)
+
+
+def _scan_files(lake: Lake, iceberg_table: Any, snapshot_id: int | None, schema: pl.Schema) -> pl.LazyFrame:
+    """:func:`_scan` with the Polars schema of the lake table's files."""
     if snapshot_id is None and iceberg_table.current_snapshot() is None:
         return pl.LazyFrame(schema=schema)
     tasks = list(iceberg_table.scan(snapshot_id=snapshot_id).plan_files())

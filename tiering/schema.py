@@ -1,13 +1,19 @@
 """Lake schemas: the live schema mapped to Iceberg types (FLUSS-SEMANTICS §7.3) plus the system columns.
 
-A lake table holds the live columns, then ``__bucket`` (int), ``__offset`` (long) and ``__timestamp``
+A lake table holds the live columns (ARRAY -> list, MAP -> map, ROW -> struct; pyiceberg gives every element,
+key, value and field its own id), then ``__bucket`` (int), ``__offset`` (long) and ``__timestamp``
 (timestamptz, microseconds; the record's commit time). A history table also has ``__change_type`` (string:
 ``+I -U +U -D``) right after the live columns. Columns added live (nullable, at the end) are inserted before
 the first system column, so system columns stay last.
+
+Iceberg has no fixed-size list: a vector column (a Polars ``Array``, ARRAY of fixed length) is stored as a list
+whose field doc records the length (``fluss.vector.dimension=128``); :func:`vector_dtypes` reads it back so lake
+reads give the ``Array`` dtype again.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Literal, cast
 
@@ -26,6 +32,7 @@ __all__ = [
     "file_key",
     "lake_arrow_schema",
     "to_lake_rows",
+    "vector_dtypes",
 ]
 
 LakeKind = Literal["log", "primary-key", "history"]
@@ -35,10 +42,23 @@ PARTITION = "_partition"  # the live scan's partition name column (not stored in
 SYSTEM_COLUMNS = (BUCKET, OFFSET, TIMESTAMP)
 HISTORY_COLUMNS = (CHANGE_TYPE, *SYSTEM_COLUMNS)
 _TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+_DOC = b"doc"
+_VECTOR_DOC = "fluss.vector.dimension={}"
+_VECTOR_DOC_RE = re.compile(r"fluss\.vector\.dimension=([0-9]+)")
+
+
+def _lake_field(name: str, dtype: pl.DataType, nullable: bool = True) -> pa.Field:
+    """One lake field; a vector's field doc records its fixed length."""
+    metadata = {_DOC: _VECTOR_DOC.format(dtype.size).encode()} if isinstance(dtype, pl.Array) else None
+    return pa.field(name, arrow_type(dtype), nullable=nullable, metadata=metadata)
 
 
 def arrow_type(dtype: pl.DataType) -> pa.DataType:
-    """The Arrow type Iceberg stores for a live column type (TINYINT/SMALLINT widen to int, times to micros)."""
+    """The Arrow type Iceberg stores for a live column type (TINYINT/SMALLINT widen to int, times to micros).
+
+    Elements, map values and ROW fields are optional in the lake even where the live type says NOT NULL (the
+    live table checks that on every write; Arrow cannot cast a null ROW whose NOT NULL field is unset).
+    """
     if dtype in (pl.Int8(), pl.Int16(), pl.Int32()):
         return pa.int32()
     simple = {
@@ -60,13 +80,47 @@ def arrow_type(dtype: pl.DataType) -> pa.DataType:
     # polars annotates `.inner` and `Field.dtype` as class-or-instance, but their constructors always store an
     # instance (parse_into_dtype)
     if isinstance(dtype, pl.List | pl.Array):
-        return pa.list_(arrow_type(cast(pl.DataType, dtype.inner)))
+        return pa.list_(_lake_field("element", cast(pl.DataType, dtype.inner)))
+    if isinstance(dtype, pl.Map):
+        key, value = cast(pl.DataType, dtype.key), cast(pl.DataType, dtype.value)
+        return pa.map_(_lake_field("key", key, False), _lake_field("value", value))
     if isinstance(dtype, pl.Struct):
-        return pa.struct([pa.field(f.name, arrow_type(cast(pl.DataType, f.dtype))) for f in dtype.fields])
+        return pa.struct([_lake_field(f.name, cast(pl.DataType, f.dtype)) for f in dtype.fields])
     raise LakeTableMismatchError(
         f"column type {dtype} has no Iceberg mapping; use a Fluss type (INT, BIGINT, "
-        "STRING, DECIMAL, TIMESTAMP_LTZ, ARRAY, ROW, ...)"
+        "STRING, DECIMAL, TIMESTAMP_LTZ, ARRAY, MAP, ROW, ...)"
     )
+
+
+def _restored(dtype: pl.DataType, field: pa.Field) -> pl.DataType:
+    """`dtype` (what a lake read gives for `field`) with every list whose doc records a length as an ``Array``."""
+    if isinstance(dtype, pl.List) and isinstance(field.type, pa.ListType | pa.LargeListType):
+        inner = _restored(cast(pl.DataType, dtype.inner), field.type.value_field)
+        doc = (field.metadata or {}).get(_DOC, b"").decode()
+        match = _VECTOR_DOC_RE.fullmatch(doc)
+        return pl.Array(inner, int(match.group(1))) if match else pl.List(inner)
+    if isinstance(dtype, pl.Map) and isinstance(field.type, pa.MapType):
+        key = _restored(cast(pl.DataType, dtype.key), field.type.key_field)
+        return pl.Map(key, _restored(cast(pl.DataType, dtype.value), field.type.item_field))
+    if isinstance(dtype, pl.Struct) and isinstance(field.type, pa.StructType):
+        fields = {f.name: f for f in field.type}
+        return pl.Struct({f.name: _restored(cast(pl.DataType, f.dtype), fields[f.name]) for f in dtype.fields})
+    return dtype
+
+
+def vector_dtypes(lake_schema: pa.Schema, dtypes: pl.Schema) -> dict[str, pl.DataType]:
+    """The columns of a lake read (`dtypes`, from the lake's Arrow schema with field docs) that hold vectors,
+    with the Polars dtype that gives them their fixed length (``Array``) again.
+
+    Examples
+    --------
+    >>> from fluss_lake import Schema
+    >>> lake = lake_arrow_schema(Schema.of({"id": "INT", "emb": pl.Array(pl.Float32, 4)}), "log")
+    >>> vector_dtypes(lake, pl.Schema({"id": pl.Int32, "emb": pl.List(pl.Float32)}))
+    {'emb': Array(Float32, shape=(4,))}
+    """
+    restored = {f.name: _restored(dtypes[f.name], f) for f in lake_schema if f.name in dtypes}
+    return {name: dtype for name, dtype in restored.items() if dtype != dtypes[name]}
 
 
 def lake_arrow_schema(schema: Schema, kind: LakeKind) -> pa.Schema:
@@ -79,7 +133,7 @@ def lake_arrow_schema(schema: Schema, kind: LakeKind) -> pa.Schema:
     >>> [(f.name, str(f.type), f.nullable) for f in s][:3]
     [('id', 'int64', False), ('n', 'int32', True), ('__change_type', 'string', False)]
     """
-    fields = [pa.field(c.name, arrow_type(c.dtype), nullable=c.nullable) for c in schema.columns]
+    fields = [_lake_field(c.name, c.dtype, c.nullable) for c in schema.columns]
     if kind == "history":
         fields.append(pa.field(CHANGE_TYPE, pa.string(), nullable=False))
     fields += [

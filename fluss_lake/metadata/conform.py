@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from fluss_lake.exceptions import NullPrimaryKeyError, SchemaMismatchError
 from fluss_lake.metadata.schema import Schema
-from fluss_lake.metadata.types import fluss_type_name, to_polars_dtype
+from fluss_lake.metadata.types import arrow_type_name, fluss_type_name, to_polars_dtype
 
 __all__ = ["WriteData", "to_frame", "conform"]
 
@@ -50,20 +50,49 @@ def to_frame(data: Any, schema: Schema) -> pl.DataFrame:
                         f"values of types {sorted(kinds)}; send one type per column"
                     )
             # infer the values' own types; conform() then applies the frame cast rules
-            return pl.DataFrame([_python_series(name, [row.get(name) for row in items]) for name in names])
+            dtypes = schema.polars_schema
+            return pl.DataFrame(
+                [_python_series(name, [row.get(name) for row in items], dtypes[name]) for name in names]
+            )
     raise SchemaMismatchError(
         f"cannot write {type(data).__name__}; pass a Polars DataFrame, Arrow data or a list of dicts"
     )
 
 
-def _python_series(name: str, values: list[Any]) -> pl.Series:
+def _has_map(dtype: pl.DataType) -> bool:
+    """Whether a dtype is or holds a MAP (whose Python values are dicts too, but not ROW values)."""
+    if isinstance(dtype, pl.Map):
+        return True
+    if isinstance(dtype, pl.List | pl.Array):
+        return _has_map(to_polars_dtype(dtype.inner))
+    if isinstance(dtype, pl.Struct):
+        return any(_has_map(to_polars_dtype(f.dtype)) for f in dtype.fields)
+    return False
+
+
+def _python_series(name: str, values: list[Any], target: pl.DataType | None = None, path: str = "") -> pl.Series:
     """A column of Python values; dicts (ROW values) field by field, so a field only some rows give is kept (Polars
-    infers a struct from its first value and would drop the others' extra fields)."""
+    infers a struct from its first value and would drop the others' extra fields). A column holding MAPs (dicts
+    ``{key: value}``) is built with its declared type directly: a dict there is a map, not a ROW. `path` names a
+    ROW field in messages (``addr.zip``)."""
+    path = path or name
+    if target is not None and _has_map(target):
+        try:
+            return pl.Series(name, values, dtype=target, strict=True)
+        except Exception as exc:
+            raise SchemaMismatchError(
+                f"column {path!r}: values do not fit {fluss_type_name(target)} ({_first_line(exc)}); give MAP "
+                "values as dicts with non-null keys of the key type and values of the value type"
+            ) from exc
     if any(isinstance(v, Mapping) for v in values):
         if not all(v is None or isinstance(v, Mapping) for v in values):
-            raise SchemaMismatchError(f"column {name!r}: rows mix ROW values (dicts) with other values; send one type")
+            raise SchemaMismatchError(f"column {path!r}: rows mix ROW values (dicts) with other values; send one type")
         keys = list(dict.fromkeys(k for v in values if v is not None for k in v))
-        fields = [_python_series(str(k), [None if v is None else v.get(k) for v in values]) for k in keys]
+        inner = {f.name: to_polars_dtype(f.dtype) for f in target.fields} if isinstance(target, pl.Struct) else {}
+        fields = [
+            _python_series(str(k), [None if v is None else v.get(k) for v in values], inner.get(str(k)), f"{path}.{k}")
+            for k in keys
+        ]
         if not fields:
             return pl.Series(name, [None] * len(values), dtype=pl.Null)
         struct = pl.DataFrame(fields).select(pl.struct(pl.all()).alias(name)).to_series()
@@ -75,15 +104,19 @@ def _python_series(name: str, values: list[Any]) -> pl.Series:
         series = pl.Series(name, values, strict=True)
     except Exception as exc:
         raise SchemaMismatchError(
-            f"column {name!r}: values do not form one type ({exc}); send one type per column"
+            f"column {path!r}: values do not form one type ({_first_line(exc)}); send one type per column"
         ) from exc
     lost = _lost_fields(values, series.dtype)
     if lost:
         raise SchemaMismatchError(
-            f"column {name!r}: the ROW values inside its arrays do not all give the same fields ({sorted(lost)} "
+            f"column {path!r}: the ROW values inside its arrays do not all give the same fields ({sorted(lost)} "
             "only in some); give every one the same fields, or pass a Polars DataFrame or Arrow data"
         )
     return series
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().split("\n", 1)[0]
 
 
 def _lost_fields(values: Iterable[Any], dtype: pl.DataType) -> set[str]:
@@ -212,6 +245,12 @@ def _cast(series: pl.Series, target: pl.DataType) -> pl.Series:
             ) from exc
     if isinstance(target, pl.Struct) and isinstance(series.dtype, pl.Struct):
         return _cast_struct(series, target)
+    if isinstance(target, pl.Map) and isinstance(series.dtype, pl.Map | pl.List):
+        return _cast_map(series, target)
+    if isinstance(target, pl.Array) and isinstance(series.dtype, pl.List | pl.Array):
+        return _cast_vector(series, target)
+    if isinstance(target, pl.List) and isinstance(series.dtype, pl.Array):
+        series = series.cast(pl.List(to_polars_dtype(series.dtype.inner)))
     if isinstance(target, pl.List) and isinstance(series.dtype, pl.List):
         inner = _cast(series.explode().alias(f"{series.name}[]"), to_polars_dtype(target.inner))  # top-level rules
         try:
@@ -223,6 +262,82 @@ def _cast(series: pl.Series, target: pl.DataType) -> pl.Series:
     raise SchemaMismatchError(
         f"column {series.name!r} is {fluss_type_name(target)} but the data is {series.dtype}; cast the data first"
     )
+
+
+def _entries(key: pl.DataType, value: pl.DataType) -> pl.DataType:
+    """A MAP's entries as Polars lists them (``List(Struct{key, value})``)."""
+    return pl.List(pl.Struct({"key": key, "value": value}))
+
+
+def _cast_map(series: pl.Series, target: pl.Map) -> pl.Series:
+    """A MAP (or Arrow-style list of ``{key, value}`` entries) with the top-level cast rules on keys and values;
+    a null key is refused (Fluss and Arrow maps have none)."""
+    key, value = to_polars_dtype(target.key), to_polars_dtype(target.value)
+    if isinstance(series.dtype, pl.Map):
+        series = series.cast(_entries(to_polars_dtype(series.dtype.key), to_polars_dtype(series.dtype.value)))
+    inner = to_polars_dtype(series.dtype.inner) if isinstance(series.dtype, pl.List) else None
+    if not isinstance(inner, pl.Struct) or [f.name for f in inner.fields] != ["key", "value"]:
+        raise SchemaMismatchError(
+            f"column {series.name!r} is {fluss_type_name(target)} but the data is {series.dtype}; give dicts, "
+            "a Polars Map or lists of {key, value} entries"
+        )
+    entries = _cast(series, _entries(key, value))
+    keys = entries.explode().struct.field("key")
+    if keys.null_count() > entries.explode().is_null().sum():
+        raise SchemaMismatchError(
+            f"column {series.name!r} ({fluss_type_name(target)}) has a null map key; map keys must be set"
+        )
+    return entries.cast(target)
+
+
+def _cast_vector(series: pl.Series, target: pl.Array) -> pl.Series:
+    """A fixed-length ARRAY (vector): every non-null value must have exactly the declared length."""
+    width = target.size
+    lengths = series.arr.len() if isinstance(series.dtype, pl.Array) else series.list.len()
+    wrong = lengths.filter(lengths.is_not_null() & (lengths != width))
+    if wrong.len():
+        raise SchemaMismatchError(
+            f"column {series.name!r} is a vector of {width} values ({fluss_type_name(target)} of fixed length "
+            f"{width}) but {wrong.len()} row(s) have length(s) {sorted(set(wrong.to_list()))[:5]}; "
+            f"give exactly {width} values per row (nothing was written)"
+        )
+    if isinstance(series.dtype, pl.Array):
+        series = series.cast(pl.List(to_polars_dtype(series.dtype.inner)))
+    inner = _cast(series, pl.List(to_polars_dtype(target.inner)))
+    return inner.cast(target)
+
+
+def _nested_null_path(values: pa.Array, kind: pa.DataType, path: str) -> str | None:
+    """The path of the first NOT NULL element, map value or ROW field of `kind` that `values` hold a null in."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        values = values.filter(values.is_valid())
+    if isinstance(kind, pa.MapType):
+        checks = [(values.items, kind.item_field, f"{path}[value]")]
+    elif isinstance(kind, pa.ListType | pa.LargeListType | pa.FixedSizeListType):
+        checks = [(values.flatten(), kind.value_field, f"{path}[]")]
+    elif isinstance(kind, pa.StructType):
+        checks = [(values.field(i), kind.field(i), f"{path}.{kind.field(i).name}") for i in range(kind.num_fields)]
+    else:
+        return None
+    for child, field, child_path in checks:
+        if not field.nullable and child.null_count:
+            return child_path
+        found = _nested_null_path(child, field.type, child_path)
+        if found is not None:
+            return found
+    return None
+
+
+def _check_nested_not_null(series: pl.Series, kind: pa.DataType) -> None:
+    """Refuse nulls where a nested type declares NOT NULL (``ARRAY<INT NOT NULL>``, ``ROW<a INT NOT NULL>``)."""
+    path = _nested_null_path(series.to_arrow(), kind, series.name)
+    if path is not None:
+        raise SchemaMismatchError(
+            f"column {series.name!r} ({arrow_type_name(kind)}): {path!r} is NOT NULL but has null value(s); "
+            "fill them (nothing was written)"
+        )
 
 
 def _cast_struct(series: pl.Series, target: pl.Struct) -> pl.Series:
@@ -275,6 +390,8 @@ def conform(
         if column.name in frame.columns:
             cast = _cast(frame.get_column(column.name), column.dtype)
             _check_temporal_range(cast)
+            if column.arrow is not None:
+                _check_nested_not_null(cast, column.arrow)
             columns.append(cast)
         else:
             columns.append(pl.Series(column.name, [None] * frame.height, dtype=column.dtype))

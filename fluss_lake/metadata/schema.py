@@ -10,7 +10,13 @@ import polars as pl
 import pyarrow as pa
 
 from fluss_lake.exceptions import InvalidAlterError, InvalidNameError, InvalidTableError
-from fluss_lake.metadata.types import DataTypeLike, fluss_type_name, to_polars_dtype
+from fluss_lake.metadata.types import (
+    DataTypeLike,
+    arrow_type_name,
+    declare,
+    fluss_type_name,
+    has_inner_not_null,
+)
 
 __all__ = ["Column", "Schema", "RESERVED_COLUMNS"]
 
@@ -35,18 +41,28 @@ RESERVED_COLUMNS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class Column:
-    """One column: name, Polars dtype, nullability and a stable id (never reused)."""
+    """One column: name, Polars dtype, nullability and a stable id (never reused).
+
+    `arrow` is the declared Arrow type when it says more than the Polars dtype can (``NOT NULL`` elements, map
+    values or ROW fields: ``ARRAY<FLOAT NOT NULL>``); writes are checked against it. None otherwise.
+    """
 
     name: str
     dtype: pl.DataType
     nullable: bool = True
     column_id: int = -1
     comment: str | None = None
+    arrow: pa.DataType | None = None
 
     @property
     def type_name(self) -> str:
-        """The Fluss spelling of the type (``BIGINT``, ``TIMESTAMP_LTZ(3)``)."""
-        return fluss_type_name(self.dtype)
+        """The Fluss spelling of the type (``BIGINT``, ``TIMESTAMP_LTZ(3)``, ``ARRAY<ROW<a INT NOT NULL>>``)."""
+        return arrow_type_name(self.arrow) if self.arrow is not None else fluss_type_name(self.dtype)
+
+    @property
+    def vector_dimension(self) -> int | None:
+        """The fixed length of an ``ARRAY`` column declared as a vector (Polars ``Array``), else None."""
+        return self.dtype.size if isinstance(self.dtype, pl.Array) else None
 
 
 def _check_column_name(name: object) -> str:
@@ -90,7 +106,10 @@ class Schema:
     ) -> Schema:
         """Build a schema from a mapping ``name -> type``, a Polars/Arrow schema, or Column objects.
 
-        Primary-key columns become NOT NULL; `not_null` names further NOT NULL columns.
+        Primary-key columns become NOT NULL; `not_null` names further NOT NULL columns, as does a type string
+        ending in ``NOT NULL``. Types are Fluss type strings (nested ones too: ``ARRAY<ROW<a INT, b STRING>>``,
+        ``MAP<STRING, DOUBLE>``), Polars dtypes or Arrow types; a Polars ``Array`` / Arrow ``fixed_size_list`` is
+        an ARRAY of fixed length (a vector: every write must give that many values).
         """
         if isinstance(columns, pa.Schema):
             raw = [(f.name, f.type, f.nullable) for f in columns]
@@ -113,9 +132,9 @@ class Schema:
             if name in seen:
                 raise InvalidTableError(f"column {name!r} appears twice; column names must be unique")
             seen.add(name)
-            built.append(
-                Column(name, to_polars_dtype(dtype), bool(nullable) and name not in pk and name not in not_null, index)
-            )
+            declared = declare(dtype)
+            keep_null = bool(nullable) and declared.nullable and name not in pk and name not in not_null
+            built.append(Column(name, declared.dtype, keep_null, index, arrow=declared.arrow))
         for name in (*pk, *not_null):
             if name not in seen:
                 raise InvalidTableError(f"key column {name!r} is not in the schema {sorted(seen)}")
@@ -137,7 +156,9 @@ class Schema:
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of the table's rows (nullability included)."""
         empty = pl.DataFrame(schema=self.polars_schema).to_arrow()
-        return pa.schema([pa.field(c.name, empty.schema.field(c.name).type, c.nullable) for c in self.columns])
+        return pa.schema(
+            [pa.field(c.name, c.arrow or empty.schema.field(c.name).type, c.nullable) for c in self.columns]
+        )
 
     def column(self, name: str) -> Column:
         """The column called `name`."""
@@ -151,7 +172,10 @@ class Schema:
         _check_column_name(name)
         if name in self.names:
             raise InvalidAlterError(f"column {name!r} exists already; choose another name")
-        column = Column(name, to_polars_dtype(dtype), True, self.highest_column_id + 1, comment)
+        declared = declare(dtype)
+        if not declared.nullable:
+            raise InvalidAlterError(f"column {name!r} cannot be added as NOT NULL: added columns are nullable")
+        column = Column(name, declared.dtype, True, self.highest_column_id + 1, comment, declared.arrow)
         return Schema(
             (*self.columns, column),
             self.primary_key,
@@ -181,8 +205,17 @@ class Schema:
         """Inverse of :meth:`to_json`."""
         arrow = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(data["arrow"])))
         dtypes = pl.from_arrow(arrow.empty_table()).schema  # type: ignore[union-attr]
+        kinds = {f.name: f.type for f in arrow}
         cols = tuple(
-            Column(c["name"], dtypes[c["name"]], c["nullable"], c["id"], c.get("comment")) for c in data["columns"]
+            Column(
+                c["name"],
+                dtypes[c["name"]],
+                c["nullable"],
+                c["id"],
+                c.get("comment"),
+                kinds[c["name"]] if has_inner_not_null(kinds[c["name"]]) else None,
+            )
+            for c in data["columns"]
         )
         return cls(
             cols,

@@ -17,6 +17,7 @@ from pyroaring import BitMap, BitMap64
 
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 from fluss_lake.kv.merge.merge_spec import DEFAULT_AGG_FUNCTION, AggSpec
+from fluss_lake.metadata.types import fluss_type_name
 
 __all__ = [
     "AGG_FUNCTIONS",
@@ -86,6 +87,8 @@ def _fluss_type(dtype: pl.DataType) -> str:
         return f"DECIMAL({dtype.precision}, {dtype.scale})"
     if isinstance(dtype, pl.Datetime):
         return "TIMESTAMP_LTZ" if dtype.time_zone else "TIMESTAMP"
+    if isinstance(dtype, pl.List | pl.Array | pl.Map | pl.Struct):
+        return fluss_type_name(dtype)  # ARRAY<...>, MAP<...>, ROW<...>
     return _FLUSS_NAMES.get(dtype.base_type(), str(dtype))
 
 
