@@ -86,7 +86,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     # The handlers come first: the server answers (health included) as soon as it is built, and a SIGTERM from
     # then on must drain, not kill.
     stop = threading.Event()
-    previous: dict[int, Any] = {}
+    previous: dict[signal.Signals, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
