@@ -204,6 +204,10 @@ ARGS: dict[tuple[str, str], Arg] = {
         lambda e, v: e.lake.remove_orphan_files("d.lk", older_than_s=v, dry_run=True), SECONDS_OR_ZERO, (0, 3600)),
     ("tiering.read_lake", "snapshot_id"): Arg(
         lambda e, v: tiering.read_lake(e.lake, "d.lk", snapshot_id=v), (True, 1.5, "1"), (None,)),
+    ("tiering.read_history", "snapshot_id"): Arg(
+        lambda e, v: tiering.read_history(e.lake, "d.lk", snapshot_id=v), (True, 1.5, "1"), (None,)),
+    ("tiering.union_read", "snapshot_id"): Arg(
+        lambda e, v: tiering.union_read(e.lk, e.lake, snapshot_id=v), (True, 1.5, "1"), (None,)),
     ("tiering.table_lag", "now_ms"): Arg(lambda e, v: tiering.table_lag(e.lk, e.lake, now_ms=v), NON_NEGATIVE,
                                          (None, 0)),
     ("tiering.tier_table", "clock"): Arg(lambda e, v: tiering.tier_table(e.lk, e.lake, clock=v), (5, "now"), (None,)),
