@@ -90,7 +90,7 @@ FEAST_CHILD = textwrap.dedent('''
              for n, d in ttls.items()]
     store.apply([entity, *views])
     features = [f"h_{n}:{c}" for n in ttls for c in ("x", "n")]
-    print(json.dumps({"ready": True}), flush=True)
+    print("@@" + json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         keep = line.strip() == "keep"
         start = time.perf_counter()
@@ -100,7 +100,7 @@ FEAST_CHILD = textwrap.dedent('''
         seconds = time.perf_counter() - start
         if keep:
             pl.from_pandas(out).write_parquet(f"{folder}/result_feast.parquet")
-        print(json.dumps({"seconds": seconds, "rows": len(out)}), flush=True)
+        print("@@" + json.dumps({"seconds": seconds, "rows": len(out)}), flush=True)
 ''')
 
 
@@ -184,13 +184,16 @@ def main(argv: list[str] | None = None) -> None:
         def feast_run(keep: bool) -> float:
             child.stdin.write("keep\n" if keep else "run\n")  # type: ignore[union-attr]
             child.stdin.flush()  # type: ignore[union-attr]
-            line = child.stdout.readline()  # type: ignore[union-attr]
-            if not line:
-                raise SystemExit("bench.training_feast: the Feast process stopped (see its error above)")
-            return float(json.loads(line)["seconds"])
+            return float(answer()["seconds"])
+
+        def answer() -> dict[str, float]:  # Feast prints to stdout too: our lines start with @@
+            for line in child.stdout:  # type: ignore[union-attr]
+                if line.startswith("@@"):
+                    return json.loads(line[2:])  # type: ignore[no-any-return]
+            raise SystemExit("bench.training_feast: the Feast process stopped (see its error above)")
 
         try:
-            if not json.loads(child.stdout.readline() or "{}").get("ready"):
+            if not answer().get("ready"):
                 raise SystemExit("bench.training_feast: Feast did not start (see its error above)")
             feast_run(keep=True)
             mine = ours(folder)

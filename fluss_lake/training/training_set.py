@@ -169,8 +169,7 @@ def _chunked(frame: pl.LazyFrame, schema: pl.Schema, views: list[FeatureView], u
         pieces = []
         for c in range(chunks):  # one pass per key range: a handful, not per row
             entities = left.filter(pl.col(chunk_col) == c).drop(chunk_col).lazy()
-            history = view.history.lazy().filter(right == c)
-            joined = _join_view(entities, schema, view, i, unit, history=history)
+            joined = _join_view(entities, schema, view, i, unit, chunk=(right, c, chunks))
             pieces.append(joined.select(_ROW, *view.output_names()).collect(engine="in-memory"))
         parts.append(pl.concat(pieces).sort(_ROW).drop(_ROW))
     return pl.concat(parts, how="horizontal")
@@ -183,10 +182,10 @@ def _join_view(
     i: int,
     unit: str,
     *,
-    history: pl.LazyFrame | None = None,
+    chunk: tuple[pl.Expr, int, int] | None = None,
 ) -> pl.LazyFrame:
     """As-of join one view onto the (time-sorted) entity frame and null out deleted or expired values
-    (`history`: the view's history or a key range of it)."""
+    (`chunk`: ``(key range expression, this range, ranges)``: read just that key range of the history)."""
     ct, tn = f"{_INTERNAL}ct{i}", f"{_INTERNAL}t{i}"
     by_left, by_right, left_casts, right_keys = [], [], [], []
     for j, (entity_col, hist_col) in enumerate(view.key_pairs()):
@@ -204,7 +203,11 @@ def _join_view(
         frame = frame.with_columns(left_casts)
     names = view.output_names()
     commit = time_expr(TIMESTAMP, view.schema[TIMESTAMP], unit=unit, what=f"{view.label} {TIMESTAMP}")
-    history = (view.history.lazy() if history is None else history).filter(pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES))
+    wanted = pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES)
+    if chunk is not None:  # one expression, not a conjunction: Polars then pushes all of it into a lazy scan
+        expr, c, chunks = chunk
+        wanted = pl.when(wanted).then(expr).otherwise(pl.lit(chunks, pl.UInt32)) == c
+    history = view.history.lazy().filter(wanted)
     values = [pl.col(f).alias(n) for f, n in zip(view.features or (), names, strict=True)]
     if view.event_time is None:
         scope = [PARTITION, BUCKET] if PARTITION in view.schema else [BUCKET]  # where offsets are dense
