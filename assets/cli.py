@@ -192,7 +192,7 @@ def _run_backfill(args: argparse.Namespace) -> int:
         for day, rows in dict(meta.get("days", {})).items():
             print(f"  {day}  {rows:,} rows")
         if "location" in meta:
-            print(f"  written to {meta['location']} (fraud rate {meta.get('fraud_rate')})")
+            print(f"  written to {meta['location']} (fraud rate {meta.get('run_fraud_rate')})")
         return _report(outcome, details=False) if not outcome.success else _done(outcome)
 
     return _guarded(run)

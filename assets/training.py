@@ -14,6 +14,15 @@ Each day is written as one Parquet object in the live store, ``_training/fraud_t
 (a local folder or S3 alike); re-running a day replaces its file. The partitions are the days the lake holds
 payments for (:mod:`assets.partitions`). Backfills of a range run as one run (``BackfillPolicy.single_run``):
 ``fluss-lake backfill --from 2026-11-01 --to 2026-11-03`` or a backfill from the UI.
+
+Each partition's materialization carries its own day's figures (``dagster/row_count``, ``fraud_rate``,
+``feature_null_rate``); the run's are ``run_row_count`` and ``days``. The check ``every_day_has_rows`` fails for a
+day without payments (its file is written empty) instead of leaving a green partition.
+
+Reproducible: the three lake tables are read pinned to one snapshot each, recorded as ``lake_snapshots``
+(``{"c360.payments": id, "c360.customer_360__history": id, ...}``). Re-run a day on the same data with the run
+config ``{"ops": {"training__fraud_training_set": {"config": {"snapshot_ids": <lake_snapshots>}}}}``, or pin all
+three to the snapshots committed by a time with ``{"as_of": "2026-11-03T00:00:00+00:00"}``.
 """
 
 import io
@@ -23,6 +32,7 @@ from typing import Any
 
 import dagster as dg
 import polars as pl
+from pydantic import Field
 
 import fluss_lake as fl
 import tiering
@@ -32,12 +42,16 @@ from assets.resources import LakeCatalog, LiveStore
 from assets.tables import DEMO_TABLES
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.training import FeatureView, training_set
+from tiering.snapshots import pinned_snapshot
 
 __all__ = [
+    "EVERY_DAY_HAS_ROWS",
     "TRAINING_ASSETS",
     "TRAINING_PARTITIONS",
     "TRAINING_PREFIX",
+    "TrainingSetConfig",
     "build_training_set",
+    "training_snapshots",
     "fraud_training_set",
     "read_training_set",
     "training_key",
@@ -89,19 +103,72 @@ def _day_start(day: str) -> datetime:
         raise InvalidConfigError(f"day {day!r} is not a date; write it as YYYY-MM-DD") from None
 
 
-def build_training_set(lake: tiering.Lake, start_day: str, end_day: str | None = None) -> pl.DataFrame:
+EVERY_DAY_HAS_ROWS = "every_day_has_rows"
+
+
+class TrainingSetConfig(dg.Config):
+    """Pin the lake reads of a run (default: the current snapshot of each table, recorded in the metadata)."""
+
+    snapshot_ids: dict[str, int] | None = Field(
+        default=None,
+        description="lake table -> snapshot id, as recorded in a materialization's lake_snapshots metadata",
+    )
+    as_of: str | None = Field(
+        default=None, description="ISO time: read each lake table's latest snapshot committed at or before it"
+    )
+
+
+def _lake_tables() -> dict[str, tuple[str, Any]]:
+    """Name in ``lake_snapshots`` -> (live path, lake kind) of the three tables the training set reads."""
+    payments, c360, spend = (str(DEMO_TABLES[n].path) for n in ("payments", "customer_360", "customer_spend"))
+    return {payments: (payments, "log"), f"{c360}__history": (c360, "history"), f"{spend}__history": (spend, "history")}
+
+
+def training_snapshots(
+    lake: tiering.Lake, *, snapshot_ids: dict[str, int] | None = None, as_of: str | None = None
+) -> dict[str, int]:
+    """The snapshot of each lake table a training run reads: `snapshot_ids` (all three tables), the ones
+    committed by `as_of`, or the current ones; checked to exist (a clear error otherwise)."""
+    tables = _lake_tables()
+    if snapshot_ids is not None and as_of is not None:
+        raise InvalidConfigError("give snapshot_ids or as_of, not both")
+    if snapshot_ids is not None and set(snapshot_ids) != set(tables):
+        raise InvalidConfigError(
+            f"snapshot_ids must name exactly the lake tables {sorted(tables)} (as in lake_snapshots), "
+            f"got {sorted(snapshot_ids)}"
+        )
+    pins = {}
+    for name, (path, kind) in tables.items():
+        table = lake.load(path, kind)
+        current = table.current_snapshot() if table is not None else None
+        if table is None or current is None:
+            raise InvalidConfigError(f"the lake has no {name} yet; tier the tables (materialize group lake) first")
+        pinned = pinned_snapshot(table, snapshot_id=(snapshot_ids or {}).get(name), as_of=as_of)
+        pins[name] = pinned if pinned is not None else current.snapshot_id
+    return pins
+
+
+def build_training_set(
+    lake: tiering.Lake,
+    start_day: str,
+    end_day: str | None = None,
+    *,
+    snapshots: dict[str, int] | None = None,
+) -> pl.DataFrame:
     """The point-in-time training set of the payments paid in ``[start_day, end_day]`` (whole UTC days).
 
     One row per payment (entity columns, ``decision_ts``, the label ``is_fraud``), then ``c360__*`` and
-    ``spend__*`` features as of ``decision_ts``, all read from the lake (tier the tables first).
+    ``spend__*`` features as of ``decision_ts``, all read from the lake (tier the tables first), pinned to
+    `snapshots` (see :func:`training_snapshots`; default: the current ones).
     """
     start = _day_start(start_day)
     end = _day_start(end_day or start_day) + timedelta(days=1)
     if end <= start:
         raise InvalidConfigError(f"end_day {end_day} is before start_day {start_day}")
     c360, spend, payments = (DEMO_TABLES[n].path for n in ("customer_360", "customer_spend", "payments"))
+    pins = training_snapshots(lake, snapshot_ids=snapshots)
     entities = (
-        tiering.read_lake(lake, payments)
+        tiering.read_lake(lake, payments, snapshot_id=pins[str(payments)])
         .filter((pl.col("paid_at") >= start) & (pl.col("paid_at") < end))
         .select(_ENTITY_COLUMNS)
         .with_columns((pl.col("paid_at") - pl.duration(milliseconds=1)).alias("decision_ts"))
@@ -110,7 +177,7 @@ def build_training_set(lake: tiering.Lake, start_day: str, end_day: str | None =
     )
     views = [
         FeatureView(
-            tiering.read_history(lake, c360),
+            tiering.read_history(lake, c360, snapshot_id=pins[f"{c360}__history"]),
             keys=["customer_id"],
             features=_C360_FEATURES,
             event_time="updated_at",
@@ -119,7 +186,7 @@ def build_training_set(lake: tiering.Lake, start_day: str, end_day: str | None =
             name="customer_360",
         ),
         FeatureView(
-            tiering.read_history(lake, spend),
+            tiering.read_history(lake, spend, snapshot_id=pins[f"{spend}__history"]),
             keys=["customer_id"],
             features=_SPEND_FEATURES,
             event_time="last_order_at",
@@ -137,11 +204,28 @@ def read_training_set(connection: fl.Connection, day: str) -> pl.DataFrame:
     return pl.read_parquet(io.BytesIO(connection.store.get(training_key(day))))
 
 
-def _fraud_training_set(context: dg.AssetExecutionContext, live: LiveStore, lake: LakeCatalog) -> dg.MaterializeResult:
+def _day_metadata(rows: pl.DataFrame) -> dict[str, Any]:
+    """One day's figures: its row count, fraud rate and feature null rates."""
+    features = [c for c in rows.columns if c.startswith(("c360__", "spend__"))]
+    fraud_rate = rows["is_fraud"].mean() if rows.height else None
+    return {
+        "dagster/row_count": rows.height,
+        "fraud_rate": round(float(fraud_rate), 4) if isinstance(fraud_rate, float) else None,
+        "feature_null_rate": dg.MetadataValue.json(
+            {c: round(rows[c].null_count() / rows.height, 4) if rows.height else None for c in features}
+        ),
+    }
+
+
+def _fraud_training_set(
+    context: dg.AssetExecutionContext, config: TrainingSetConfig, live: LiveStore, lake: LakeCatalog
+) -> dg.MaterializeResult:
     """Build the partition's days (a backfill range in one go) and write one Parquet object per day."""
     days = sorted(context.partition_keys)
     day_of = pl.col("paid_at").dt.strftime("%Y-%m-%d")
-    frame = build_training_set(lake.lake(), days[0], days[-1]).filter(day_of.is_in(days))
+    the_lake = lake.lake()
+    pins = training_snapshots(the_lake, snapshot_ids=config.snapshot_ids, as_of=config.as_of)
+    frame = build_training_set(the_lake, days[0], days[-1], snapshots=pins).filter(day_of.is_in(days))
     store = live.connection().store
     per_day: dict[str, int] = {}
     for day in days:  # one write per day (a handful), not per row
@@ -150,21 +234,34 @@ def _fraud_training_set(context: dg.AssetExecutionContext, live: LiveStore, lake
         rows.write_parquet(buffer, compression="zstd")
         store.put(training_key(day), buffer.getvalue())
         per_day[day] = rows.height
-    features = [c for c in frame.columns if c.startswith(("c360__", "spend__"))]
-    null_rate = {c: round(frame[c].null_count() / frame.height, 4) if frame.height else None for c in features}
+        context.add_asset_metadata(_day_metadata(rows), partition_key=day)
+    empty = [day for day, n in per_day.items() if n == 0]
     fraud_rate = frame["is_fraud"].mean() if frame.height else 0.0
     assert isinstance(fraud_rate, float)  # the mean of the Boolean label
     meta: dict[str, Any] = {
-        "dagster/row_count": frame.height,
+        "run_row_count": frame.height,
         "days": dg.MetadataValue.json(per_day),
         "location": f"{live.connection().url}/{TRAINING_PREFIX}",
-        "fraud_rate": round(fraud_rate, 4),
-        "feature_null_rate": dg.MetadataValue.json(null_rate),
+        "run_fraud_rate": round(fraud_rate, 4),
+        "lake_snapshots": dg.MetadataValue.json(pins),
         "dagster/column_schema": dg.TableSchema(
             columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()]
         ),
     }
-    return dg.MaterializeResult(metadata=meta)
+    if config.as_of is not None:
+        meta["as_of"] = config.as_of
+    check = dg.AssetCheckResult(
+        check_name=EVERY_DAY_HAS_ROWS,
+        passed=not empty,
+        description=(
+            f"no payments in the lake on {', '.join(empty)}: those days' training sets are empty (tier the "
+            "payments, or check the pinned snapshots)"
+            if empty
+            else f"every day has rows ({min(per_day.values()):,} at least)"
+        ),
+        metadata={"empty_days": dg.MetadataValue.json(empty), "rows_per_day": dg.MetadataValue.json(per_day)},
+    )
+    return dg.MaterializeResult(metadata=meta, check_results=[check])
 
 
 with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13; single-run backfills are what we want
@@ -175,6 +272,13 @@ with warnings.catch_warnings():  # backfill_policy is beta in Dagster 1.13; sing
         kinds={"polars", "parquet"},
         partitions_def=TRAINING_PARTITIONS,
         backfill_policy=dg.BackfillPolicy.single_run(),
+        check_specs=[
+            dg.AssetCheckSpec(
+                EVERY_DAY_HAS_ROWS,
+                asset=dg.AssetKey(["training", "fraud_training_set"]),
+                description="every day of the run has payments in the lake (a day without any fails)",
+            )
+        ],
         deps=[lake_key("payments"), lake_key("customer_360", history=True), lake_key("customer_spend", history=True)],
         description="Payments of the day with their fraud label and point-in-time features from the lake histories "
         "of customer_360 and customer_spend (one Parquet object per day in the store)",

@@ -42,6 +42,7 @@ __all__ = [
     "JoinNotSupportedError",
     "LakeError",
     "LakeTableMismatchError",
+    "LakeSnapshotNotFoundError",
     "LakeUnavailableError",
     "TieringConflictError",
 ]
@@ -207,6 +208,10 @@ class LakeError(FlussLakeError):
 
 class LakeTableMismatchError(LakeError, ValueError):
     """A lake table does not belong to this live table (another incarnation, kind or incompatible schema)."""
+
+
+class LakeSnapshotNotFoundError(LakeError, LookupError):
+    """A pinned lake read named a snapshot the table does not have (unknown id, or a time before its first)."""
 
 
 class LakeUnavailableError(LakeError, StorageError):

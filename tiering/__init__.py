@@ -19,6 +19,7 @@ from tiering.lake import Lake
 from tiering.lake_snapshot import LakeSnapshot
 from tiering.reads import read_history, read_lake, register_duckdb, union_read
 from tiering.service import TableLag, TieringService, table_lag, tier_once
+from tiering.snapshots import lake_snapshots
 
 __all__ = [
     "CompactionPolicy",
@@ -30,6 +31,7 @@ __all__ = [
     "TieringService",
     "compact_history",
     "compact_table",
+    "lake_snapshots",
     "read_history",
     "read_lake",
     "register_duckdb",

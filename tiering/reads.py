@@ -14,6 +14,7 @@ retains, the view stays complete after ``table.log.ttl`` removed old live data.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -27,6 +28,7 @@ from tiering.changes import apply_changes, fold_changes
 from tiering.lake_snapshot import LakeSnapshot
 from tiering.log_reader import LiveOffsets, live_offsets, log_reader
 from tiering.schema import BUCKET, CHANGE_TYPE, OFFSET, SYSTEM_COLUMNS, TIMESTAMP, vector_dtypes
+from tiering.snapshots import pinned_snapshot
 from tiering.state_index import state_index
 
 if TYPE_CHECKING:
@@ -43,7 +45,10 @@ def _scan(lake: Lake, iceberg_table: Any, snapshot_id: int | None = None) -> pl.
     """A lazy scan of one snapshot (default: the current one), position deletes applied."""
     import pyarrow as pa
 
-    lake_schema = pa.schema(iceberg_table.schema().as_arrow())
+    pinned = iceberg_table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    schemas = {s.schema_id: s for s in iceberg_table.metadata.schemas}
+    ice_schema = schemas.get(pinned.schema_id) if pinned is not None and pinned.schema_id is not None else None
+    lake_schema = pa.schema((ice_schema or iceberg_table.schema()).as_arrow())
     empty = pl.from_arrow(lake_schema.empty_table())
     assert isinstance(empty, pl.DataFrame)
     schema = empty.schema
@@ -85,8 +90,13 @@ def _scan_files(lake: Lake, iceberg_table: Any, snapshot_id: int | None, schema:
     return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
 
 
-def read_lake(lake: Lake, path: str | TablePath, *, snapshot_id: int | None = None) -> pl.LazyFrame:
+def read_lake(
+    lake: Lake, path: str | TablePath, *, snapshot_id: int | None = None, as_of: datetime | date | str | None = None
+) -> pl.LazyFrame:
     """A lake table (a primary-key table's current state, a log table's rows) with its system columns.
+
+    ``snapshot_id=`` reads one snapshot of the table (see :func:`~tiering.lake_snapshots`), ``as_of=`` the latest
+    committed at or before a time (naive = UTC): a pinned read gives the same rows after any number of rounds.
 
     Examples
     --------
@@ -100,16 +110,22 @@ def read_lake(lake: Lake, path: str | TablePath, *, snapshot_id: int | None = No
     >>> read_lake(lake, "d.t").select("k", "v", "__offset").collect().to_dicts()
     [{'k': 1, 'v': 'a', '__offset': 0}]
     """
-    snapshot_id = check_int("snapshot_id", snapshot_id, minimum=None, optional=True, hint="a lake snapshot's id")
+    check_int("snapshot_id", snapshot_id, minimum=None, optional=True, hint="a lake snapshot's id")
     table = lake.load(path)
     if table is None:
         raise TableNotExistError(f"the lake has no table {TablePath.of(path)}; tier it first (tier_once)")
-    return _scan(lake, table, snapshot_id)
+    return _scan(lake, table, pinned_snapshot(table, snapshot_id=snapshot_id, as_of=as_of))
 
 
-def read_history(lake: Lake, path: str | TablePath) -> pl.LazyFrame:
+def read_history(
+    lake: Lake, path: str | TablePath, *, snapshot_id: int | None = None, as_of: datetime | date | str | None = None
+) -> pl.LazyFrame:
     """The changelog history of a primary-key table: live columns + ``__change_type`` (``+I -U +U -D``),
     ``__bucket``, ``__offset`` and ``__timestamp`` (commit time), one row per changelog record.
+
+    ``snapshot_id=`` (a snapshot of the history table: ``lake_snapshots(lake, path, kind="history")``) or
+    ``as_of=`` pin the read, as for :func:`read_lake`; a training set or ``state_as_of`` built on a pinned history
+    is reproducible.
 
     A partitioned table's history also has ``__partition`` (the Fluss partition name, before ``__bucket``):
     with it the frame is a complete history frame for ``fluss_lake.training`` (offsets per partition and bucket).
@@ -132,12 +148,12 @@ def read_history(lake: Lake, path: str | TablePath) -> pl.LazyFrame:
             f"the lake has no history table for {TablePath.of(path)} (only primary-key tables "
             "have one; tier the table first with tier_once)"
         )
-    return _history(lake, table)
+    return _history(lake, table, pinned_snapshot(table, snapshot_id=snapshot_id, as_of=as_of))
 
 
-def _history(lake: Lake, table: Any) -> pl.LazyFrame:
+def _history(lake: Lake, table: Any, snapshot_id: int | None = None) -> pl.LazyFrame:
     """:func:`read_history` of a loaded history table."""
-    frame = _scan(lake, table)
+    frame = _scan(lake, table, snapshot_id)
     keys = partition_columns(table)
     if not keys:
         return frame
@@ -155,13 +171,22 @@ def partition_columns(iceberg_table: Any) -> list[str]:
 
 
 def union_read(
-    live: Table, lake: Lake, *, columns: Sequence[str] | None = None, system_columns: bool = False
+    live: Table,
+    lake: Lake,
+    *,
+    columns: Sequence[str] | None = None,
+    system_columns: bool = False,
+    snapshot_id: int | None = None,
+    as_of: datetime | date | str | None = None,
 ) -> pl.LazyFrame:
     """The latest lake snapshot + the live log after its offsets: a complete, fresh view of `live`.
 
     Log tables: every row (the lake's, then the live tail). Primary-key tables: the current state. Columns have
     the live types; `system_columns` adds ``__bucket``, ``__offset`` and ``__timestamp`` (``-1`` / epoch - 1 ms
     for rows rebuilt from the live state).
+
+    Pinned (``snapshot_id=`` or ``as_of=``, as for :func:`read_lake`): the table as it stood at that snapshot's
+    tiered offsets, i.e. the snapshot's rows with the live types and no live tail (the tail moves; a pin does not).
 
     Examples
     --------
@@ -179,6 +204,13 @@ def union_read(
     dtypes = live.schema.polars_schema
     keep = [*names, *SYSTEM_COLUMNS] if system_columns else names
     iceberg_table = lake.load(live.path)
+    if snapshot_id is not None or as_of is not None:
+        if iceberg_table is None:
+            raise TableNotExistError(f"the lake has no table {live.path}; a pinned union read needs a tiered table")
+        pinned = pinned_snapshot(iceberg_table, snapshot_id=snapshot_id, as_of=as_of)
+        frame = _as_live(_scan(lake, iceberg_table, pinned), live)
+        assert frame is not None
+        return frame.select(keep)
     snap = LakeSnapshot.of_table(iceberg_table) if iceberg_table is not None else LakeSnapshot(None)
     if snap.table_id not in (None, live.info.table_id):
         snap = LakeSnapshot(None)  # the lake table belongs to an older incarnation: read live only

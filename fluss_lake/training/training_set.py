@@ -13,6 +13,11 @@ loop per row. The rules (also in ``docs/TRAINING.md``):
   it was also committed at or before the prediction time.
 * A chosen ``-D``, no record at all, or a value older than the view's TTL (age > TTL) gives nulls.
 * Every entity row is kept, duplicates too, in the input order; a null key or prediction time gives nulls.
+
+Beyond memory: with ``key_chunks=N`` each view is joined in N passes, one per hash range of its key (the same
+hash on the entity and the history side), so only about 1/N of a history is in memory at a time; on lazy
+histories (``scan_parquet``, :func:`tiering.read_history`) the range filter is pushed into the scan. The rules are
+the same: a key's records all fall in one chunk.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from fluss_lake._utils.arguments import check_int
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 from fluss_lake.training._rules import INTERNAL_PREFIX, check_names, common_key_dtype, within_ttl
 from fluss_lake.training.feature_view import FeatureView
@@ -51,6 +57,7 @@ def training_set(
     views: FeatureView | Sequence[FeatureView],
     *,
     timestamp_column: str = "prediction_ts",
+    key_chunks: int | None = None,
 ) -> pl.DataFrame | pl.LazyFrame:
     """Entity rows with the feature values of every view as of each row's `timestamp_column`.
 
@@ -64,6 +71,10 @@ def training_set(
         other or with the entity columns.
     timestamp_column
         The entity frame's prediction-time column.
+    key_chunks
+        Join each view in this many passes by hash ranges of its key, in bounded memory (about 1/N of each
+        history at a time; the histories should be lazy scans so each pass reads only its range). The work then
+        runs when called; a LazyFrame of entities gives the result as a LazyFrame. None or 1: one pass.
 
     Examples
     --------
@@ -78,6 +89,7 @@ def training_set(
     >>> training_set(entities, FeatureView(history, keys=["id"]))["tier"].to_list()
     ['gold', 'silver', 'silver', None]
     """
+    key_chunks = check_int("key_chunks", key_chunks, minimum=1, optional=True, hint="a number of key ranges, e.g. 8")
     views = [views] if isinstance(views, FeatureView) else list(views)
     if not views or not all(isinstance(v, FeatureView) for v in views):
         raise InvalidConfigError("training_set needs one or more FeatureView objects")
@@ -110,6 +122,9 @@ def training_set(
         )
         .sort(_TS)
     )
+    if key_chunks is not None and key_chunks > 1:
+        chunked = _chunked(frame, schema, views, unit, key_chunks)
+        return chunked if eager else chunked.lazy()
     for i, view in enumerate(views):
         frame = _join_view(frame, schema, view, i, unit)
     out = frame.sort(_ROW).select(*schema.names(), *(n for v in views for n in v.output_names()))
@@ -129,8 +144,48 @@ def _check_years(times: pl.Series) -> None:
         )
 
 
-def _join_view(frame: pl.LazyFrame, schema: pl.Schema, view: FeatureView, i: int, unit: str) -> pl.LazyFrame:
-    """As-of join one view onto the (time-sorted) entity frame and null out deleted or expired values."""
+def _chunk_of(columns: list[tuple[str, pl.DataType]], chunks: int) -> pl.Expr:
+    """The key range of a row: a hash of its key columns (cast to the types both sides compare in) modulo
+    `chunks`, the same on the entity and the history side."""
+    cast = [pl.col(c).cast(d) for c, d in columns]
+    hashed = cast[0].hash(seed=0) if len(cast) == 1 else pl.struct(cast).hash(seed=0)
+    return (hashed % chunks).cast(pl.UInt32)
+
+
+def _chunked(frame: pl.LazyFrame, schema: pl.Schema, views: list[FeatureView], unit: str, chunks: int) -> pl.DataFrame:
+    """:func:`training_set` view by view, each in `chunks` passes over key ranges (bounded memory)."""
+    base = frame.collect(engine="in-memory")  # the entity rows sorted by prediction time, with their row number
+    chunk_col = f"{_INTERNAL}chunk"
+    parts = [base.sort(_ROW).select(schema.names())]
+    for i, view in enumerate(views):
+        pairs = view.key_pairs()
+        dtypes = [
+            common_key_dtype(schema[e], view.schema[h], f"{view.label} key {h!r}") or view.schema[h] for e, h in pairs
+        ]
+        left = base.with_columns(
+            _chunk_of([(e, d) for (e, _), d in zip(pairs, dtypes, strict=True)], chunks).alias(chunk_col)
+        )
+        right = _chunk_of([(h, d) for (_, h), d in zip(pairs, dtypes, strict=True)], chunks)
+        pieces = []
+        for c in range(chunks):  # one pass per key range: a handful, not per row
+            entities = left.filter(pl.col(chunk_col) == c).drop(chunk_col).lazy()
+            joined = _join_view(entities, schema, view, i, unit, chunk=(right, c, chunks))
+            pieces.append(joined.select(_ROW, *view.output_names()).collect(engine="in-memory"))
+        parts.append(pl.concat(pieces).sort(_ROW).drop(_ROW))
+    return pl.concat(parts, how="horizontal")
+
+
+def _join_view(
+    frame: pl.LazyFrame,
+    schema: pl.Schema,
+    view: FeatureView,
+    i: int,
+    unit: str,
+    *,
+    chunk: tuple[pl.Expr, int, int] | None = None,
+) -> pl.LazyFrame:
+    """As-of join one view onto the (time-sorted) entity frame and null out deleted or expired values
+    (`chunk`: ``(key range expression, this range, ranges)``: read just that key range of the history)."""
     ct, tn = f"{_INTERNAL}ct{i}", f"{_INTERNAL}t{i}"
     by_left, by_right, left_casts, right_keys = [], [], [], []
     for j, (entity_col, hist_col) in enumerate(view.key_pairs()):
@@ -148,7 +203,11 @@ def _join_view(frame: pl.LazyFrame, schema: pl.Schema, view: FeatureView, i: int
         frame = frame.with_columns(left_casts)
     names = view.output_names()
     commit = time_expr(TIMESTAMP, view.schema[TIMESTAMP], unit=unit, what=f"{view.label} {TIMESTAMP}")
-    history = view.history.lazy().filter(pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES))
+    wanted = pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES)
+    if chunk is not None:  # one expression, not a conjunction: Polars then pushes all of it into a lazy scan
+        expr, c, chunks = chunk
+        wanted = pl.when(wanted).then(expr).otherwise(pl.lit(chunks, pl.UInt32)) == c
+    history = view.history.lazy().filter(wanted)
     values = [pl.col(f).alias(n) for f, n in zip(view.features or (), names, strict=True)]
     if view.event_time is None:
         scope = [PARTITION, BUCKET] if PARTITION in view.schema else [BUCKET]  # where offsets are dense

@@ -21,12 +21,13 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from itertools import count
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import polars as pl
 import pytest
 
 import fluss_lake as fl
@@ -190,6 +191,11 @@ ARGS: dict[tuple[str, str], Arg] = {
     ("fluss_lake.training.state_as_of", "offsets"): Arg(
         lambda e, v: fluss_lake.training.state_as_of(e.a, offsets={0: v}).collect(), NON_NEGATIVE, (0, 2),
         match="offsets"),
+    ("fluss_lake.training.training_set", "key_chunks"): Arg(
+        lambda e, v: fluss_lake.training.training_set(
+            pl.DataFrame({"k": [1], "prediction_ts": [datetime(2030, 1, 1)]}),
+            fluss_lake.training.FeatureView(fluss_lake.training.history_of(e.a), keys=["k"]), key_chunks=v),
+        COUNT, (None, 1, 3), match="key_chunks"),
     ("fluss_lake.training.FeatureView.__init__", "ttl"): Arg(
         lambda e, v: fluss_lake.training.FeatureView(fluss_lake.training.history_of(e.a), keys=["k"], ttl=v),
         (True, -1, 0, 1.5, "soon", timedelta(seconds=-1)), (None, "7 d", timedelta(hours=1)), match="ttl"),
@@ -204,6 +210,10 @@ ARGS: dict[tuple[str, str], Arg] = {
         lambda e, v: e.lake.remove_orphan_files("d.lk", older_than_s=v, dry_run=True), SECONDS_OR_ZERO, (0, 3600)),
     ("tiering.read_lake", "snapshot_id"): Arg(
         lambda e, v: tiering.read_lake(e.lake, "d.lk", snapshot_id=v), (True, 1.5, "1"), (None,)),
+    ("tiering.read_history", "snapshot_id"): Arg(
+        lambda e, v: tiering.read_history(e.lake, "d.lk", snapshot_id=v), (True, 1.5, "1"), (None,)),
+    ("tiering.union_read", "snapshot_id"): Arg(
+        lambda e, v: tiering.union_read(e.lk, e.lake, snapshot_id=v), (True, 1.5, "1"), (None,)),
     ("tiering.table_lag", "now_ms"): Arg(lambda e, v: tiering.table_lag(e.lk, e.lake, now_ms=v), NON_NEGATIVE,
                                          (None, 0)),
     ("tiering.tier_table", "clock"): Arg(lambda e, v: tiering.tier_table(e.lk, e.lake, clock=v), (5, "now"), (None,)),

@@ -55,6 +55,7 @@ def test_checks_jobs_schedules_sensor_and_resources_are_registered():
     expected |= {(name, "stored_objects_intact") for name in DEMO_TABLES}
     expected |= {(name, "primary_key_unique") for name, spec in DEMO_TABLES.items() if spec.primary_key}
     expected |= {("customer_spend", "spend_matches_payments"), ("payments", "payment_ids_unique")}
+    expected |= {("training/fraud_training_set", "every_day_has_rows")}
     for name, spec in DEMO_TABLES.items():
         expected |= {(f"lake/{name}", c) for c in ("tiering_lag_within_freshness", "row_parity_with_live",
                                                      "schema_is_live_plus_system_columns")}

@@ -1,0 +1,55 @@
+"""Hypothesis: the bounded-memory path (``key_chunks``) gives exactly the in-memory path's rows (and the oracle's)
+on random histories, in every time mode, with two views, TTLs, lazy scans and entity keys of another int type."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fluss_lake.exceptions import InvalidConfigError
+from fluss_lake.training import FeatureView, training_set
+from tests.training.conftest import histories, history_frame, oracle_value
+from tests.training.test_training_set_properties import _entities, entity_rows
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), ttl=st.one_of(st.none(), st.integers(0, 6)),
+       mode=st.sampled_from(["commit", "event", "event_committed"]), chunks=st.integers(2, 5),
+       shuffle=st.booleans())
+def test_key_chunks_equal_the_in_memory_path(data, ttl, mode, chunks, shuffle):
+    rows_a, rows_b = data.draw(histories()), data.draw(histories(keys=4, buckets=3))
+    ents = data.draw(entity_rows(rows_a + rows_b))
+    event = mode != "commit"
+    frame_a = history_frame(rows_a)
+    if shuffle:
+        frame_a = frame_a.sample(fraction=1.0, shuffle=True, seed=1)
+    views = [
+        FeatureView(frame_a.lazy(), keys=["id"], features=["v"], prefix="a__",
+                    ttl=None if ttl is None else timedelta(microseconds=ttl), event_time="ev" if event else None,
+                    committed_only=mode == "event_committed"),
+        FeatureView(history_frame(rows_b), keys=["id"], features=["v", "ev"], prefix="b__"),
+    ]
+    entities = _entities(ents).with_columns(pl.col("id").cast(pl.Int32))  # keys compared as the common type
+    whole = training_set(entities, views)
+    chunked = training_set(entities, views, key_chunks=chunks)
+    assert isinstance(chunked, pl.DataFrame) and chunked.equals(whole)
+    assert chunked["a__v"].to_list() == [
+        oracle_value(rows_a, k, t, ttl=ttl, event_time=event, committed_only=mode == "event_committed")
+        for k, t in ents]
+    lazy = training_set(entities.lazy(), views, key_chunks=chunks)
+    assert isinstance(lazy, pl.LazyFrame) and lazy.collect().equals(whole)
+
+
+def test_key_chunks_refuses_what_is_not_a_count():
+    view = FeatureView(pl.DataFrame({"id": [1], "v": [1], "__change_type": ["+I"], "__bucket": [0], "__offset": [0],
+                                     "__timestamp": [0]}, schema_overrides={"__timestamp": pl.Datetime("us")}),
+                       keys=["id"])
+    entities = pl.DataFrame({"id": [1], "prediction_ts": [0]}, schema_overrides={"prediction_ts": pl.Datetime("us")})
+    for bad in (0, -1, True, 1.5, "4"):
+        with pytest.raises(InvalidConfigError, match="key_chunks"):
+            training_set(entities, view, key_chunks=bad)
+    assert training_set(entities, view, key_chunks=1)["v"].to_list() == [1]
