@@ -34,6 +34,7 @@ from fluss_lake.jobs.checkpoint import BucketOffsets
 from fluss_lake.jobs.job import Job, JobReport, StartFrom, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 from fluss_lake.jobs.result_writes import write_changes
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.table import Table
 
 __all__ = ["DeltaJoin"]
@@ -88,6 +89,7 @@ class DeltaJoin(Job):
         batch_rows: int = BATCH_ROWS,
         start: StartFrom = "earliest",
         emit_per_input: bool = False,
+        shard: Shard | None = None,
     ) -> None:
         self.plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
         self.emit_per_input = emit_per_input
@@ -104,6 +106,7 @@ class DeltaJoin(Job):
             inputs,
             batch_rows=batch_rows,
             start=start,
+            shard=shard,
         )
         self._keys: dict[str, pl.DataFrame] = {}
         self._known: dict[str, BucketOffsets] = {}
