@@ -57,6 +57,10 @@ class Shard:
 
     def owns(self, partition: str | None, bucket: int) -> bool:
         """Whether this shard reads `bucket` of `partition` (None: an unpartitioned table)."""
+        if type(bucket) is not int:  # the common case costs one type check
+            bucket = check_int("bucket", bucket, minimum=0, hint="a bucket number")
+        elif bucket < 0:
+            check_int("bucket", bucket, minimum=0, hint="a bucket number")
         return owner(partition, bucket, self.count) == self.index
 
     @classmethod
