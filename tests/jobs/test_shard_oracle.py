@@ -3,6 +3,8 @@ while 1, 2 or 3 shards run in two separate processes (changing the shard count b
 reassigned from the checkpoints), with crashes and replays, the delta join's result table equals the batch join
 of the inputs' current states, and the aggregation's totals equal the group-by of the source's current state.
 
+A last test SIGKILLs a shard's process while it runs continuously and the inputs change, then resumes it.
+
 The shards of a round run concurrently in worker processes (``shard_worker``, multiprocessing spawn) while the test
 writes more changes to both inputs. A crash makes a shard's checkpoint commit fail after it wrote its results (its
 job object is lost: the next run replays the step). After the rounds every shard runs until it caught up.
@@ -11,7 +13,10 @@ job object is lost: the next run replays the step). After the rounds every shard
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import signal
 import tempfile
+import time
 
 import polars as pl
 import pytest
@@ -124,3 +129,33 @@ def test_sharded_jobs_in_processes_equal_the_batch_result(workers, kind, rounds)
             _round(workers, root, kind, count, crash, conn, during)
         _catch_up(conn, kind, count)
         _check(conn, kind)
+
+
+@pytest.mark.slow
+def test_a_shard_killed_mid_run_resumes_and_the_join_is_exact(workers, tmp_path) -> None:
+    """Shard 0 of 2 runs continuously in a process that is SIGKILLed while the inputs change (it may hold the
+    write lock or be between its result write and its checkpoint); started again, it resumes from its checkpoint
+    (taking its dead instance's lock over) and after catching up the result equals the batch join."""
+    root = str(tmp_path / "store")
+    conn = fl.connect(root)
+    w.create_tables(conn)
+    _apply(conn, [("c", c, 0, "ann") for c in range(6)] + [("o", c, o, c + o) for c in range(6) for o in range(2)])
+    ctx = mp.get_context("spawn")
+    commands, answers = ctx.Queue(), ctx.Queue()
+    victim = ctx.Process(target=w.serve, args=(commands, answers), daemon=True)
+    victim.start()
+    commands.put(("loop", root, "join", 0, 2, 60.0))
+    _, other_commands, other_answers = workers[1]
+    other_commands.put(("loop", root, "join", 1, 2, 4.0))
+    deadline = time.monotonic() + 60
+    while not conn.store.list(".jobs/view/shards-2/0") and time.monotonic() < deadline:
+        time.sleep(0.05)  # shard 0 is running once its first checkpoint is there
+    for i in range(12):
+        _apply(conn, [("o", i % 6, i % 3, i), ("c", (i * 5) % 6, 0, None if i % 4 == 0 else "bob")])
+        if i == 6:
+            os.kill(victim.pid, signal.SIGKILL)
+    victim.join(30)
+    assert victim.exitcode == -signal.SIGKILL
+    assert other_answers.get(timeout=120)[0] == "ok"
+    _catch_up(conn, "join", 2)
+    _check(conn, "join")
