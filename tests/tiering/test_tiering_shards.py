@@ -3,6 +3,8 @@ same time in separate processes commit to Iceberg exactly once and never lose ea
 
 from __future__ import annotations
 
+import argparse
+import io
 import multiprocessing as mp
 
 import polars as pl
@@ -12,6 +14,7 @@ from tiering_helpers import LAKE_ON, lake_rows, sorted_rows
 import fluss_lake as fl
 from fluss_lake.jobs import Shard
 from tiering import Lake, tier_table
+from tiering.cli import register
 from tiering.reads import read_lake
 
 
@@ -97,3 +100,27 @@ def test_a_bad_shard_is_refused_before_anything_is_committed(local) -> None:
     with pytest.raises(fl.InvalidConfigError, match="Shard"):
         tier_table(conn.get_table("d.ev"), lake, shard=(0, 2))  # type: ignore[arg-type]
     assert lake.load("d.ev") is None or lake.snapshot("d.ev").offsets == {}
+
+
+def _tier_cli(argv: list[str]) -> tuple[int, str]:
+    parser = argparse.ArgumentParser(prog="fluss-lake")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["tier", *argv])
+    out = io.StringIO()
+    return args.func(args, out=out), out.getvalue()
+
+
+def test_tier_cli_shard_option(local, tmp_store, capsys) -> None:
+    conn, lake = local
+    conn.create_table("d.ev", schema={"k": "INT"}, bucket_num=4, bucket_keys=["k"], options=LAKE_ON)
+    conn.get_table("d.ev").append([{"k": k} for k in range(20)])
+    for bad in ["2", "a/2", "2/2"]:
+        assert _tier_cli(["--once", "--store", tmp_store, "--shard", bad])[0] == 2
+        assert "error:" in capsys.readouterr().err
+        assert lake.load("d.ev") is None  # refused before anything was tiered
+    assert _tier_cli(["--once", "--store", tmp_store, "--shard", "1/2"])[0] == 0
+    assert dict(lake.snapshot("d.ev").offsets) == {
+        (None, b): (o if Shard(1, 2).owns(None, b) else 0) for b, o in conn.get_table("d.ev").end_offsets().items()
+    }
+    assert _tier_cli(["--once", "--store", tmp_store, "--shard", "0/2"])[0] == 0
+    assert lake_rows(lake, "d.ev").height == 20
