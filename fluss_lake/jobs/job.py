@@ -454,8 +454,9 @@ class Job:
         return report
 
     def reset(self) -> None:
-        """Forget the checkpoints (the next job object starts from the beginning)."""
-        self.checkpoints.reset()
+        """Forget the checkpoints of the whole job, every shard's too (the next job objects start from the
+        beginning)."""
+        CheckpointStore(self.connection, self.name).reset()
 
     def __repr__(self) -> str:
         name = getattr(self, "name", None)  # a LookupJoin without a source is no job: no name, no inputs
