@@ -279,3 +279,16 @@ def test_sharded_lookup_join_appends_every_record_once_with_a_replay(tmp_store) 
     assert out["name"].to_list() == [f"u{p % 10}" for p in range(40)]
     with pytest.raises(fl.InvalidConfigError, match="no source"):
         LookupJoin(conn.get_table("d.users"), on=["uid"], shard=Shard(0, 2))
+
+
+def test_never_ran_tells_a_new_shard_from_one_that_consumed(conn) -> None:
+    assert w.build(conn, "aggregation", None).never_ran
+    first = w.build(conn, "aggregation", Shard(0, 2))
+    assert first.never_ran and first.checkpoint.number == 0  # committed at construction, consumed nothing
+    assert w.build(conn, "aggregation", Shard(0, 2)).never_ran  # the same, restarted
+    _orders(conn, 0, 12)
+    first.run_once()
+    assert not first.never_ran and not w.build(conn, "aggregation", Shard(0, 2)).never_ran
+    for job in [w.build(conn, "aggregation", s) for s in Shard.all(2)[1:]]:
+        assert job.never_ran
+    assert not any(job.never_ran for job in [w.build(conn, "aggregation", s) for s in Shard.all(3)])
