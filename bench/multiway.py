@@ -471,7 +471,7 @@ def measure(n: int, keys: int, *, seed: int = 0, ways: Sequence[str] = WAYS, fli
                                    peak_rss_bytes=int(got["peak_anon"]),
                                    rows_per_s=got["rows"].height / got["job_s"], seconds=got["job_s"],
                                    startup_s=got["wall_s"] - got["job_s"], wall_s=got["wall_s"],
-                                   checkpoints=got["checkpoints"],
+                                   checkpoints=got["checkpoints"], net_runtime_s=got.get("net_runtime_s"),
                                    result_rows=got["rows"].height, identical=_same(got["rows"], expected),
                                    printed_bytes=got["printed_bytes"])
                 else:
