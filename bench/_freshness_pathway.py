@@ -98,6 +98,14 @@ def main() -> None:
                     written += owed
                 tick += 1
                 time.sleep(max(tick * interval - (time.perf_counter() - start), 0))
+            owed = int(rate * seconds) - written  # what the rate owes at the end (as on fluss-lake's side)
+            if owed > 0:
+                b = orders_batch(written, owed, n_cust, args.seed)
+                for o, c, a in zip(b["oid"].tolist(), b["cid"].tolist(), b["amount"].tolist(), strict=True):
+                    self.next(oid=o, cid=c, amount=a)
+                self.commit()
+                commits.append((written, owed, time.time()))
+                written += owed
             state["events"], state["elapsed_s"] = written, time.perf_counter() - start
 
     class CustomerSchema(pw.Schema):

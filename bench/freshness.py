@@ -25,7 +25,8 @@ handed over and committed to the connector to the ``pw.io.subscribe`` ``on_chang
 Pathway cannot run here, the bench says why and reports our figures alone.
 
 Run ``python -m bench.freshness [--quick] [--rates 10000,50000] [--seconds S] [--search]``; ``--search`` also
-steps R up (doubling) until p99 passes 1 s, per contender.
+steps R up (doubling from ``--search-from``, ``--search-seconds`` each) until p99 passes 1 s or the writer cannot
+keep the rate (achieved < 90 %), per contender and join.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def child_job(payload: dict) -> dict:
     times: list[float] = []
     ends: list[list[int]] = []
     steps = idle = 0
-    busy = 0.0
+    busy = longest = 0.0
     while True:
         t0 = time.perf_counter()
         report = job.run_once(max_steps=1)
@@ -114,14 +115,16 @@ def child_job(payload: dict) -> dict:
             offsets = result.end_offsets()
             ends.append([offsets[b] for b in range(BUCKETS)])
             steps += 1
-            busy += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            busy += took
+            longest = max(longest, took)
             continue
         if stop.exists() and sum(job.lag().values()) == 0:
             break
         idle += 1
         time.sleep(poll)
     np.savez(payload["out"], times=np.asarray(times), ends=np.asarray(ends, dtype=np.int64).reshape(-1, BUCKETS))
-    return {"steps": steps, "idle_polls": idle, "busy_s": busy}
+    return {"steps": steps, "idle_polls": idle, "busy_s": round(busy, 3), "longest_step_s": round(longest, 3)}
 
 
 def child_writer(payload: dict) -> dict:
@@ -137,13 +140,14 @@ def child_writer(payload: dict) -> dict:
     start = time.perf_counter()
     written = cust_written = 0
     rows: list[tuple[int, int, float, float]] = []
-    tick = 0
+    tick, longest = 0, 0.0
     while True:
         now = time.perf_counter() - start
         if now >= seconds:
             break
         owed = int(rate * now) - written
         if owed > 0:
+            began = time.perf_counter()
             frame = pl.DataFrame(orders_batch(written, owed, n_cust, seed))
             orders.upsert(frame)
             t_orders = time.time()
@@ -155,12 +159,21 @@ def child_writer(payload: dict) -> dict:
             if c_owed > 0:
                 customers.upsert(pl.DataFrame(customers_batch(cust_written, c_owed, n_cust)))
                 cust_written += c_owed
+            longest = max(longest, time.perf_counter() - began)
         tick += 1
         wait = tick * interval - (time.perf_counter() - start)
         if wait > 0:
             time.sleep(wait)
+    owed = int(rate * seconds) - written  # what the rate owes at the end: a writer that kept it is done in time
+    if owed > 0:
+        frame = pl.DataFrame(orders_batch(written, owed, n_cust, seed))
+        orders.upsert(frame)
+        t_orders = time.time()
+        events.append(frame)
+        rows.append((written, owed, t_orders, time.time()))
+        written += owed
     np.save(payload["out"], np.asarray(rows, dtype=np.float64).reshape(-1, 4))
-    return {"events": written, "customer_updates": cust_written, "batches": len(rows),
+    return {"events": written, "customer_updates": cust_written, "batches": len(rows), "longest_batch_s": longest,
             "elapsed_s": time.perf_counter() - start}
 
 
@@ -236,7 +249,7 @@ def run_ours(rate: int, seconds: float, *, interval_s: float, customers: int, se
                "lookup": _latencies(path, "f.lj_result", os.path.join(path, "_steps_lookup.npz"), writes[:, 3],
                                     first, count)}
     return {"latency": lat, "events": wrote["events"], "achieved": wrote["events"] / wrote["elapsed_s"],
-            "batches": wrote["batches"], "jobs": ran}
+            "writer": wrote, "jobs": ran}
 
 
 # ---------------------------------------------------------------- Pathway's side
@@ -308,6 +321,8 @@ def measure(rates: list[int], seconds: float, *, interval_s: float = 0.01, custo
         for who, run in runs.items():
             log(f"  {who} at R = {fmt_num(rate)} events/s for {seconds:g} s ...")
             got = run()
+            if "jobs" in got:
+                log(f"    jobs: {got['jobs']}; writer: {got['writer']}")
             for join, lat in got["latency"].items():
                 stats = percentiles(lat, got["events"])
                 rows.append({"contender": who, "join": join, "rate": rate, "achieved": got["achieved"],
@@ -349,6 +364,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--interval-ms", type=float, default=10.0, help="the writer's batch interval")
     parser.add_argument("--poll-ms", type=float, default=2.0, help="our jobs' idle poll interval")
     parser.add_argument("--search", action="store_true", help="also find the highest R with p99 < 1 s")
+    parser.add_argument("--search-from", type=int, default=250, help="the search's first rate (then doubling)")
+    parser.add_argument("--search-seconds", type=float, default=10.0, help="writing time per rate of the search")
     parser.add_argument("--pathway-python", default=None, help="an interpreter that has pathway installed")
     parser.add_argument("--no-peer", action="store_true", help="our side only (says so in the output)")
     parser.add_argument("--tmpdir", default=None, help="parent folder for the temporary store (local disk)")
@@ -375,9 +392,9 @@ def main(argv: list[str] | None = None) -> None:
                                 + (f", peer achieved {fmt_num(peer['achieved'])}/s" if peer else "")))
     if args.search:
         python, _ = (None, "") if args.no_peer else pathway_python(args.pathway_python)
-        start = rates[0]
-        ours = _search("fluss-lake", start, seconds, None, poll_s=args.poll_ms / 1e3, tmpdir=args.tmpdir, **kw)
-        theirs = _search(PEER, start, seconds, python, **kw) if python is not None else {}
+        start, span = args.search_from, args.search_seconds
+        ours = _search("fluss-lake", start, span, None, poll_s=args.poll_ms / 1e3, tmpdir=args.tmpdir, **kw)
+        theirs = _search(PEER, start, span, python, **kw) if python is not None else {}
         for join in ("delta", "lookup"):
             reporter.add(Result(BENCH, f"{join} join, highest R with p99 < 1 s (doubling from {fmt_num(start)})",
                                 "events_per_s", ours.get(join, 0), PEER, theirs.get(join, float("nan")), True,
