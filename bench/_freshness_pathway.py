@@ -153,7 +153,8 @@ def main() -> None:
         keep = np.r_[True, oid[1:] != oid[:-1]] if len(oid) else np.array([], dtype=bool)  # first arrival per oid
         oid, t = oid[keep], t[keep]
         batch = np.searchsorted(first, oid, side="right") - 1
-        out[name] = t - at[batch]
+        out[name] = np.full(state["events"], np.nan)  # by event id; NaN: never seen
+        out[name][oid] = t - at[batch]
     np.savez(os.path.join(args.out, "latency.npz"), **out)
     print(json.dumps({"events": state["events"], "elapsed_s": state["elapsed_s"]}), flush=True)
 

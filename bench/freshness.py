@@ -195,7 +195,8 @@ def _collect(proc: subprocess.Popen, what: str, timeout: float) -> dict:
 
 def _latencies(path: str, table: str, steps_file: str, commit_times: np.ndarray, first: np.ndarray,
                count: np.ndarray) -> np.ndarray:
-    """Seconds from each event's writer commit to the first result step covering a row with its id."""
+    """Seconds from each event's writer commit to the first result step covering a row with its id, indexed by event
+    id (NaN: never seen)."""
     import polars as pl
 
     import fluss_lake as fl
@@ -203,8 +204,9 @@ def _latencies(path: str, table: str, steps_file: str, commit_times: np.ndarray,
     steps = np.load(steps_file)
     times, ends = steps["times"], steps["ends"]
     log_rows = fl.connect(path).get_table(table).scan_log(columns=["oid"]).select("_bucket", "_offset", "oid")
+    out = np.full(int(count.sum()), np.nan)
     if log_rows.height == 0 or len(times) == 0:
-        return np.array([])
+        return out
     bucket = log_rows["_bucket"].to_numpy()
     offset = log_rows["_offset"].to_numpy()
     at = np.empty(log_rows.height)
@@ -217,7 +219,8 @@ def _latencies(path: str, table: str, steps_file: str, commit_times: np.ndarray,
                   .sort("oid"))
     oid = first_seen["oid"].to_numpy()
     batch = np.searchsorted(first, oid, side="right") - 1
-    return first_seen["at"].to_numpy() - commit_times[batch]
+    out[oid] = first_seen["at"].to_numpy() - commit_times[batch]
+    return out
 
 
 def run_ours(rate: int, seconds: float, *, interval_s: float, customers: int, seed: int, poll_s: float,
@@ -293,8 +296,10 @@ def run_pathway(python: str, rate: int, seconds: float, *, interval_s: float, cu
 
 
 # ---------------------------------------------------------------- figures
-def percentiles(lat: np.ndarray, expected: int) -> dict[str, float]:
-    """p50/p99/max in seconds over the events expected (an event never seen in the result counts as infinite)."""
+def percentiles(lat: np.ndarray, expected: int, skip: int = 0) -> dict[str, float]:
+    """p50/p99/max in seconds over the events expected (an event never seen in the result counts as infinite),
+    leaving out the first `skip` events (the warm-up: event ids follow write order)."""
+    lat, expected = lat[skip:], max(expected - skip, 0)
     missing = max(expected - int(np.isfinite(lat).sum()), 0)
     full = np.concatenate([lat[np.isfinite(lat)], np.full(missing, np.inf)])
     if len(full) == 0:
@@ -305,9 +310,10 @@ def percentiles(lat: np.ndarray, expected: int) -> dict[str, float]:
 
 def measure(rates: list[int], seconds: float, *, interval_s: float = 0.01, customers: int = CUSTOMERS,
             seed: int = 0, poll_s: float = 0.002, pathway: str | bool | None = None,
-            tmpdir: str | None = None) -> list[dict[str, Any]]:
+            tmpdir: str | None = None, warmup_s: float = 0.0) -> list[dict[str, Any]]:
     """Latency percentiles per contender, join and rate: rows with contender/join/rate/achieved/p50/p99/max/missing
-    (seconds). `pathway`: an interpreter with pathway, None to find or create its venv, False to leave it out."""
+    (seconds). `pathway`: an interpreter with pathway, None to find or create its venv, False to leave it out;
+    events of the first `warmup_s` seconds are left out of the percentiles (both contenders alike)."""
     rows: list[dict[str, Any]] = []
     python, why = (None, "left out") if pathway is False else pathway_python(pathway or None)  # type: ignore[arg-type]
     if python is None:
@@ -324,7 +330,7 @@ def measure(rates: list[int], seconds: float, *, interval_s: float = 0.01, custo
             if "jobs" in got:
                 log(f"    jobs: {got['jobs']}; writer: {got['writer']}")
             for join, lat in got["latency"].items():
-                stats = percentiles(lat, got["events"])
+                stats = percentiles(lat, got["events"], int(rate * warmup_s))
                 rows.append({"contender": who, "join": join, "rate": rate, "achieved": got["achieved"],
                              "events": got["events"], **stats})
                 log(f"    {join}: p50 {stats['p50'] * 1e3:.1f} ms, p99 {stats['p99'] * 1e3:.1f} ms, max "
@@ -334,7 +340,7 @@ def measure(rates: list[int], seconds: float, *, interval_s: float = 0.01, custo
     return rows
 
 
-def _search(who: str, start: int, seconds: float, python: str | None, **kw: Any) -> dict[str, int]:
+def _search(who: str, start: int, seconds: float, python: str | None, warmup_s: float, **kw: Any) -> dict[str, int]:
     """Per join, the highest rate (doubling from `start`) whose p99 stayed under 1 s and whose writer kept up."""
     best: dict[str, int] = {}
     alive = {"delta", "lookup"}
@@ -344,7 +350,7 @@ def _search(who: str, start: int, seconds: float, python: str | None, **kw: Any)
                run_pathway(python, rate, seconds, **{k: v for k, v in kw.items() if k not in ("poll_s", "tmpdir")}))
         kept = got["achieved"] >= 0.9 * rate
         for join in sorted(alive):
-            p99 = percentiles(got["latency"][join], got["events"])["p99"]
+            p99 = percentiles(got["latency"][join], got["events"], int(rate * warmup_s))["p99"]
             log(f"    search {who} {join} R={fmt_num(rate)}: p99 {p99 * 1e3:.1f} ms, "
                 f"achieved {fmt_num(got['achieved'])}")
             if p99 < P99_BOUND_S and kept:
@@ -366,6 +372,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--search", action="store_true", help="also find the highest R with p99 < 1 s")
     parser.add_argument("--search-from", type=int, default=250, help="the search's first rate (then doubling)")
     parser.add_argument("--search-seconds", type=float, default=10.0, help="writing time per rate of the search")
+    parser.add_argument("--warmup-s", type=float, default=2.0,
+                        help="events of the first seconds left out of the percentiles (both sides; 0 with --quick)")
     parser.add_argument("--pathway-python", default=None, help="an interpreter that has pathway installed")
     parser.add_argument("--no-peer", action="store_true", help="our side only (says so in the output)")
     parser.add_argument("--tmpdir", default=None, help="parent folder for the temporary store (local disk)")
@@ -375,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     kw = {"interval_s": args.interval_ms / 1e3, "customers": CUSTOMERS, "seed": 0}
     reporter = Reporter(BENCH)
     rows = measure(rates, seconds, poll_s=args.poll_ms / 1e3, pathway=False if args.no_peer else args.pathway_python,
-                   tmpdir=args.tmpdir, **kw)
+                   tmpdir=args.tmpdir, warmup_s=0.0 if args.quick else args.warmup_s, **kw)
     error = next((r["error"] for r in rows if "error" in r), None)
     by = {(r["contender"], r["join"], r["rate"]): r for r in rows if "error" not in r}
     for (who, join, rate), r in sorted(by.items()):
@@ -393,8 +401,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.search:
         python, _ = (None, "") if args.no_peer else pathway_python(args.pathway_python)
         start, span = args.search_from, args.search_seconds
-        ours = _search("fluss-lake", start, span, None, poll_s=args.poll_ms / 1e3, tmpdir=args.tmpdir, **kw)
-        theirs = _search(PEER, start, span, python, **kw) if python is not None else {}
+        warm = 0.0 if args.quick else args.warmup_s
+        ours = _search("fluss-lake", start, span, None, warm, poll_s=args.poll_ms / 1e3, tmpdir=args.tmpdir, **kw)
+        theirs = _search(PEER, start, span, python, warm, **kw) if python is not None else {}
         for join in ("delta", "lookup"):
             reporter.add(Result(BENCH, f"{join} join, highest R with p99 < 1 s (doubling from {fmt_num(start)})",
                                 "events_per_s", ours.get(join, 0), PEER, theirs.get(join, float("nan")), True,
