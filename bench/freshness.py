@@ -233,18 +233,26 @@ def run_ours(rate: int, seconds: float, *, interval_s: float, customers: int, se
                                             "stop": files["stop"], "poll_s": poll_s,
                                             "out": os.path.join(path, f"_steps_{kind}.npz")})
                 for kind in ("delta", "lookup")}
-        deadline = time.monotonic() + 120
-        while not all(os.path.exists(files[f"ready_{k}"]) for k in jobs):
-            if time.monotonic() > deadline or any(p.poll() is not None for p in jobs.values()):
-                raise RuntimeError("a job did not start: " + "; ".join(
-                    p.stderr.read()[-2000:] for p in jobs.values() if p.poll() is not None and p.stderr))
-            time.sleep(0.05)
-        writer = _spawn("child_writer", {"path": path, "rate": rate, "seconds": seconds, "interval_s": interval_s,
-                                         "customers": customers, "seed": seed,
-                                         "out": os.path.join(path, "_writes.npy")})
-        wrote = _collect(writer, "writer", timeout=seconds + 600)
-        Path(files["stop"]).touch()
-        ran = {kind: _collect(p, f"{kind} join", timeout=600) for kind, p in jobs.items()}
+        procs = list(jobs.values())
+        try:
+            deadline = time.monotonic() + 120
+            while not all(os.path.exists(files[f"ready_{k}"]) for k in jobs):
+                if time.monotonic() > deadline or any(p.poll() is not None for p in jobs.values()):
+                    raise RuntimeError("a job did not start: " + "; ".join(
+                        p.stderr.read()[-2000:] for p in jobs.values() if p.poll() is not None and p.stderr))
+                time.sleep(0.05)
+            writer = _spawn("child_writer", {"path": path, "rate": rate, "seconds": seconds,
+                                             "interval_s": interval_s, "customers": customers, "seed": seed,
+                                             "out": os.path.join(path, "_writes.npy")})
+            procs.append(writer)
+            wrote = _collect(writer, "writer", timeout=seconds + 600)
+            Path(files["stop"]).touch()
+            ran = {kind: _collect(p, f"{kind} join", timeout=600) for kind, p in jobs.items()}
+        finally:  # a failed writer or job leaves no child running
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
         writes = np.load(os.path.join(path, "_writes.npy"))
         first, count = writes[:, 0].astype(np.int64), writes[:, 1].astype(np.int64)
         lat = {"delta": _latencies(path, "f.dj_result", os.path.join(path, "_steps_delta.npz"), writes[:, 2],
