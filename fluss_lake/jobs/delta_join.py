@@ -202,10 +202,20 @@ class DeltaJoin(Job):
         pk = self._pk(alias)
         parts = []
         size = max(self.batch_rows, _DELETE_SLICE_ROWS)  # few reads of a long backlog, whatever the step size
+        # slices of at most `size` records each, several buckets' ranges in one read while they fit (a step's
+        # fixed cost: one scan per read, and small steps read all their buckets at once)
+        read: dict[tuple[str | None, int], tuple[int, int]] = {}
+        held = 0
         for bucket, (start, end) in ranges.items():
             for lo in range(start, end, size):
-                rows = self._read(alias, {bucket: (lo, min(end, lo + size))}, pk, change_types=["-D"])
-                parts.append(rows.select(pk))
+                hi = min(end, lo + size)
+                if read and held + (hi - lo) > size:
+                    parts.append(self._read(alias, read, pk, change_types=["-D"]).select(pk))
+                    read, held = {}, 0
+                read[bucket] = (lo, hi)
+                held += hi - lo
+        if read:
+            parts.append(self._read(alias, read, pk, change_types=["-D"]).select(pk))
         schema = self.inputs[alias].schema.polars_schema
         return distinct(pl.concat(parts)) if parts else pl.DataFrame(schema={c: schema[c] for c in pk})
 

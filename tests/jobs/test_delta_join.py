@@ -223,6 +223,44 @@ def test_deleted_key_reads_skip_batches_without_deletes(tmp_path, monkeypatch: p
     assert got.equals(_want(orders, customers).select(got.columns))
 
 
+@pytest.mark.parametrize("slice_rows", [262_144, 4])
+def test_deleted_keys_of_all_buckets_come_from_few_scans(tmp_path, monkeypatch: pytest.MonkeyPatch, slice_rows) -> None:
+    """Delete records in every bucket are found with one scan of all the buckets' ranges while they fit in a slice
+    (a small step's fixed cost), and with slices of at most `slice_rows` records when they do not; the result is
+    still the batch join."""
+    import fluss_lake.jobs.delta_join as delta_join_module
+
+    conn = fl.connect(tmp_path)
+    orders, customers, view = _tables(conn)
+    orders.upsert([{"cid": i % 7, "oid": i, "amount": i} for i in range(30)])
+    customers.upsert([{"cid": i, "name": f"c{i}"} for i in range(7)])
+    gone = [{"cid": i % 7, "oid": i} for i in range(0, 30, 4)]  # spread over the three buckets of orders
+    orders.delete(gone)
+    job = _job(conn, batch_rows=1)
+    monkeypatch.setattr(delta_join_module, "_DELETE_SLICE_ROWS", slice_rows)
+    ranges = job._ranges("o", 1 << 62)
+    assert len(ranges) == 3
+    scans: list[dict] = []
+    original = fl.Table.scan_log
+
+    def counting(self, *args, **kwargs):
+        scans.append(kwargs.get("end_offsets") or {})
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(fl.Table, "scan_log", counting)
+    keys = job._deleted_keys("o", ranges)
+    assert sorted(keys.rows()) == sorted((g["cid"], g["oid"]) for g in gone)
+    records = sum(end - start for start, end in ranges.values())
+    if slice_rows >= records:
+        assert len(scans) == 1
+    else:
+        assert records / slice_rows <= len(scans) <= records / slice_rows + len(ranges)
+    monkeypatch.setattr(fl.Table, "scan_log", original)
+    job.run_once()
+    got = view.to_polars().sort("cid", "oid")
+    assert got.equals(_want(orders, customers).select(got.columns))
+
+
 @pytest.mark.parametrize("defer", [True, False])
 def test_a_backlog_writes_each_result_row_once(tmp_path, defer) -> None:
     """Inputs written before the job starts: a change probes rows whose own changes the job has not read yet.
