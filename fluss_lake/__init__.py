@@ -20,6 +20,7 @@ from fluss_lake import jobs
 from fluss_lake.connection import Connection, connect
 from fluss_lake.exceptions import *  # noqa: F403 - the exception tree is public
 from fluss_lake.exceptions import __all__ as _exceptions
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.metadata.descriptor import TableDescriptor, TableInfo
 from fluss_lake.metadata.schema import Column, Schema
 from fluss_lake.metadata.table_path import TablePath
@@ -42,5 +43,6 @@ __all__ = [
     "WriteResult",
     "IntegrityReport",
     "Damage",
+    "Shard",
     *_exceptions,
 ]

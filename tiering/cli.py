@@ -15,7 +15,8 @@ import threading
 import time
 from typing import Any, TextIO
 
-from fluss_lake.exceptions import FlussLakeError
+from fluss_lake.exceptions import FlussLakeError, InvalidConfigError
+from fluss_lake.jobs.shard import Shard
 from tiering.home import existing_store, resolve_store
 
 __all__ = ["main", "register", "run"]
@@ -94,6 +95,12 @@ def register(subparsers: Any) -> None:
         help="keep unreferenced files younger than this (a round may still be writing them; default 3600)",
     )
     parser.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="tier only the buckets shard I of N owns (run one process per shard, I = 0 .. N-1; docs/SHARDS.md)",
+    )
+    parser.add_argument(
         "--duration",
         type=float,
         default=None,
@@ -118,6 +125,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         existing_store(store, home, doing="nothing to tier")
         conn = fl.connect(store, storage_options=args.storage_options)
         lake = Lake.for_home(home) if home is not None and catalog is None else Lake.for_connection(conn, catalog)
+        shard = parse_shard(getattr(args, "shard", None))
     except FlussLakeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -128,11 +136,21 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     if args.once:
         if empty:
             return 0
-        code = _once(conn, lake, args.table, out, expire=args.expire_partitions)
+        code = _once(conn, lake, args.table, out, expire=args.expire_partitions, shard=shard)
         if code == 0 and args.remove_orphan_files:
             code = _orphans(conn, lake, args.table, args.orphan_grace, out)
         return code
-    return _continuous(conn, lake, args.table, args.duration, out, expire=args.expire_partitions)
+    return _continuous(conn, lake, args.table, args.duration, out, expire=args.expire_partitions, shard=shard)
+
+
+def parse_shard(text: str | None) -> Shard | None:
+    """``"I/N"`` as :class:`~fluss_lake.jobs.Shard` (None: all buckets)."""
+    if text is None:
+        return None
+    index, slash, count = text.partition("/")
+    if not slash or not index.strip().isdigit() or not count.strip().isdigit():
+        raise InvalidConfigError(f"--shard {text!r}: write it as I/N, e.g. 0/2 (shard 0 of 2)")
+    return Shard(int(index), int(count))
 
 
 def _nothing_to_tier(conn: Any, tables: list[str] | None) -> str | None:
@@ -185,7 +203,9 @@ def _describe(report: Any) -> str:
     )
 
 
-def _once(conn: Any, lake: Any, tables: list[str] | None, out: TextIO, *, expire: bool = False) -> int:
+def _once(
+    conn: Any, lake: Any, tables: list[str] | None, out: TextIO, *, expire: bool = False, shard: Shard | None = None
+) -> int:
     from tiering.service import tier_once
 
     started = time.perf_counter()
@@ -196,7 +216,7 @@ def _once(conn: Any, lake: Any, tables: list[str] | None, out: TextIO, *, expire
         _say(out, _describe(report))
 
     try:
-        reports = tier_once(conn, lake, tables=tables, on_report=progress, expire_partitions=expire)
+        reports = tier_once(conn, lake, tables=tables, on_report=progress, expire_partitions=expire, shard=shard)
     except FlussLakeError as exc:
         _say(out, f"error: {exc}")
         return 1
@@ -224,7 +244,14 @@ def _orphans(conn: Any, lake: Any, tables: list[str] | None, grace: float, out: 
 
 
 def _continuous(
-    conn: Any, lake: Any, tables: list[str] | None, duration: float | None, out: TextIO, *, expire: bool = False
+    conn: Any,
+    lake: Any,
+    tables: list[str] | None,
+    duration: float | None,
+    out: TextIO,
+    *,
+    expire: bool = False,
+    shard: Shard | None = None,
 ) -> int:
     from tiering.service import TieringService
 
@@ -237,7 +264,7 @@ def _continuous(
         elif item.committed:
             _say(out, _describe(item))
 
-    service = TieringService(conn, lake, tables=tables, on_report=progress, expire_partitions=expire)
+    service = TieringService(conn, lake, tables=tables, on_report=progress, expire_partitions=expire, shard=shard)
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():

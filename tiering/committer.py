@@ -38,11 +38,13 @@ import polars as pl
 from fluss_lake._utils.arguments import check_callable
 from fluss_lake.exceptions import (
     FlussLakeError,
+    InvalidConfigError,
     LakeUnavailableError,
     TieringConflictError,
     UnsupportedOperationError,
 )
 from fluss_lake.io.store import is_storage_unavailable
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.metadata.table_path import TablePath
 from tiering.compaction import (
     DEFAULT_COMPACTION,
@@ -99,8 +101,14 @@ def tier_table(
     clock: Callable[[], int] | None = None,
     expire_partitions: bool = False,
     compaction: CompactionPolicy | None = DEFAULT_COMPACTION,
+    shard: Shard | None = None,
 ) -> TableTieringReport:
     """Tier everything committed to `live` so far into the lake, exactly once (see the module docstring).
+
+    With a `shard` (:class:`fluss_lake.jobs.Shard`) the round tiers only the (partition, bucket) pairs the shard
+    owns: shards of one table run in any processes, each commits its buckets' rows with their offsets, and a
+    commit that lost the race to another shard's re-plans on top of it (offsets merged per bucket, never
+    regressing). This is the task the Ray layer runs per table and shard.
 
     A partitioned table is tiered partition by partition in the same round and the same commit: offsets are
     keyed by ``(partition name, bucket)`` in the report and the snapshot summary; partitions created since the
@@ -127,10 +135,14 @@ def tier_table(
             f"{live.partition_name!r} (the lake commits all partitions at once)"
         )
     check_callable("clock", clock, hint="a function returning epoch milliseconds")
+    if shard is not None and not isinstance(shard, Shard):
+        raise InvalidConfigError(f"shard={shard!r}: pass a fluss_lake.jobs.Shard(index, count) (or None for all)")
+    if shard is not None and shard.count == 1:
+        shard = None
     started = time.perf_counter()
     clock = clock or live.connection.clock
     try:
-        report, resolved = _tier(live, lake, clock, started)
+        report, resolved = _tier(live, lake, clock, started, shard)
         main, history_table = resolved.main, resolved.history
         compacting = compaction if report.committed and live.is_primary_key_table else None
         # whether compaction is due is decided on the round's snapshots (before an expiry commits to them)
@@ -174,7 +186,7 @@ def tier_table(
 
 
 def _tier(
-    live: Table, lake: Lake, clock: Callable[[], int], started: float
+    live: Table, lake: Lake, clock: Callable[[], int], started: float, shard: Shard | None = None
 ) -> tuple[TableTieringReport, ResolvedTable]:
     """Resolve, plan, execute and commit; on a stale plan (a lost commit) resolve and plan again."""
     from pyiceberg.exceptions import CommitFailedException
@@ -184,7 +196,7 @@ def _tier(
         tiered_at = clock()
         try:
             resolved = ResolvedTable.of(live, lake)  # a metadata update (ensure) can race too
-            plan = plan_round(resolved, tiered_at=tiered_at)
+            plan = plan_round(resolved, tiered_at=tiered_at, shard=shard)
             return _execute(plan, resolved, lake, conflicts, started), resolved
         except (StalePlan, CommitFailedException):
             conflicts += 1

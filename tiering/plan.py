@@ -27,6 +27,7 @@ from fluss_lake.catalog import data_prefix
 from fluss_lake.exceptions import LakeTableMismatchError
 from fluss_lake.io import layout
 from fluss_lake.io.checksum import corrupted
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.log.log_tablet import batch_key
 from fluss_lake.metadata.table_path import TablePath
 from tiering.lake_snapshot import BucketKey as Key
@@ -155,16 +156,17 @@ class TieringPlan:
             return self
         starts = {**self.main.starts, **offsets}
         history = self.history.starts if self.history is not None else {}
-        main = dataclasses.replace(
-            self.main,
-            starts=starts,
-            new=dataclasses.replace(self.main.new, offsets={k: max(e, starts[k]) for k, e in self.end.items()}),
-        )
+        new = {**self.main.new.offsets, **{k: max(self.end[k], starts[k]) for k in offsets}}
+        main = dataclasses.replace(self.main, starts=starts, new=dataclasses.replace(self.main.new, offsets=new))
         return dataclasses.replace(self, main=main, read_from=_read_from(self.end, starts, history))
 
 
-def plan_round(resolved: ResolvedTable, *, tiered_at: int) -> TieringPlan:
+def plan_round(resolved: ResolvedTable, *, tiered_at: int, shard: Shard | None = None) -> TieringPlan:
     """The plan of a round from a resolved table and the lake snapshots its lake tables are at.
+
+    With a `shard`, the round reads and advances only the (partition, bucket) pairs the shard owns; the other
+    pairs keep the offsets the snapshot has (another shard's progress), so shards committing one after the other
+    (each re-planning on the snapshot the other committed, see :class:`StalePlan`) never lose each other's offsets.
 
     Every bucket resumes at its tiered offset (0 for a bucket new to the lake or of a re-created partition).
     A bucket whose resume point expired live is bootstrapped from the live state (current-state table) or
@@ -176,10 +178,16 @@ def plan_round(resolved: ResolvedTable, *, tiered_at: int) -> TieringPlan:
     end, earliest, ids = now.end, now.earliest, now.ids
     main_snap = lake_snapshot(resolved.main, table_id)
     starts = {k: main_snap.start(k, ids.get(k[0])) for k in end}  # type: ignore[arg-type]
-    _check_not_ahead(live, starts, end)
     hist_snap = lake_snapshot(resolved.history, table_id) if resolved.history is not None else None
     hist_starts = {k: hist_snap.start(k, ids.get(k[0])) for k in end} if hist_snap is not None else {}  # type: ignore[arg-type]
+    _check_not_ahead(live, starts, end)
     _check_not_ahead(live, hist_starts, end)
+    hist_end = dict(end)
+    if shard is not None:  # another shard's pairs: read nothing, commit the offsets the snapshot has
+        others = {k for k in end if not shard.owns(*k)}
+        end = {k: (min(starts[k], hist_starts.get(k, starts[k])) if k in others else o) for k, o in end.items()}
+        hist_end = {k: (hist_starts.get(k, 0) if k in others else o) for k, o in hist_end.items()}
+        earliest = {k: (0 if k in others else o) for k, o in earliest.items()}
     skipped: dict[Key, int] = {}
     bootstrap: set[Key] = set()
     for k in end:
@@ -206,8 +214,8 @@ def plan_round(resolved: ResolvedTable, *, tiered_at: int) -> TieringPlan:
             "history",
             hist_snap,
             hist_starts,
-            LakeSnapshot(None, dict(end), table_id, tiered_at, ids),
-            bool(set(hist_snap.offsets) - set(end)) or any(hist_starts[k] < end[k] for k in hist_starts),
+            LakeSnapshot(None, dict(hist_end), table_id, tiered_at, ids),
+            bool(set(hist_snap.offsets) - set(end)) or any(hist_starts[k] < hist_end[k] for k in hist_starts),
         )
     return TieringPlan(
         live.path,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from fluss_lake import options as opt
 from fluss_lake._utils.arguments import check_int, check_seconds
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.metadata.table_path import TablePath
 from tiering.committer import TableTieringReport, tier_table
 from tiering.compaction import DEFAULT_COMPACTION, CompactionPolicy
@@ -108,12 +109,15 @@ def tier_once(
     on_report: Callable[[TableTieringReport], None] | None = None,
     expire_partitions: bool = False,
     compaction: CompactionPolicy | None = DEFAULT_COMPACTION,
+    shard: Shard | None = None,
 ) -> list[TableTieringReport]:
     """One tiering round over the lake-enabled tables (or the given ones); returns one report per table.
 
     `expire_partitions`: also delete the lake data of partitions dropped live (default: the lake keeps it).
     `compaction`: the policy run on a primary-key table's current state after a round (``None``: never; see
     :func:`~tiering.compact_table`).
+
+    `shard`: tier only the (partition, bucket) pairs of each table this shard owns (see :func:`tier_table`).
 
     `lake` defaults to the embedded lake beside a local store (:meth:`Lake.for_connection`). A failing table
     raises after the others were tiered (the first error, with the rest attached as notes).
@@ -132,7 +136,7 @@ def tier_once(
     reports, errors = [], []
     for live in _resolve(connection, tables):
         try:
-            report = tier_table(live, lake, expire_partitions=expire_partitions, compaction=compaction)
+            report = tier_table(live, lake, expire_partitions=expire_partitions, compaction=compaction, shard=shard)
         except FlussLakeError as exc:
             errors.append(exc)
             continue
@@ -178,6 +182,9 @@ class TieringService:
         Also delete the lake data of partitions dropped live (default: the lake keeps it as history).
     compaction
         Policy for compacting a primary-key table's position deletes after its rounds (``None``: never).
+    shard
+        Tier only the (partition, bucket) pairs this :class:`~fluss_lake.jobs.Shard` owns; run one service per
+        shard (in any processes) to split the tiering of every table.
 
     Examples
     --------
@@ -202,7 +209,11 @@ class TieringService:
         on_report: Callable[[TableTieringReport | Exception], None] | None = None,
         expire_partitions: bool = False,
         compaction: CompactionPolicy | None = DEFAULT_COMPACTION,
+        shard: Shard | None = None,
     ) -> None:
+        if shard is not None and not isinstance(shard, Shard):
+            raise InvalidConfigError(f"shard={shard!r}: pass a fluss_lake.jobs.Shard(index, count) (or None for all)")
+        self.shard = shard
         self.connection = connection
         self.expire_partitions = expire_partitions
         self.compaction = compaction
@@ -270,7 +281,9 @@ class TieringService:
         try:
             live = self.connection.get_table(path)
             interval = freshness_ms(live) / 2000
-            report = tier_table(live, self.lake, expire_partitions=self.expire_partitions, compaction=self.compaction)
+            report = tier_table(
+                live, self.lake, expire_partitions=self.expire_partitions, compaction=self.compaction, shard=self.shard
+            )
         except Exception as exc:  # noqa: BLE001 - one table failing must not stop the others
             failures = self._failures[path] = self._failures.get(path, 0) + 1
             self.last_errors[path] = exc

@@ -26,6 +26,7 @@ from fluss_lake.jobs._exactly_once import (
     write_once,
 )
 from fluss_lake.jobs.job import Job, JobReport, StartFrom, default_job_name
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.kv.merge import MergeSpec
 from fluss_lake.table import Table
 
@@ -82,6 +83,7 @@ class Aggregation(Job):
         name: str | None = None,
         batch_rows: int = 1_000_000,
         start: StartFrom = "earliest",
+        shard: Shard | None = None,
     ) -> None:
         self.source, self.result, self.where = source, result, where
         self.group_by = dict(group_by) if isinstance(group_by, Mapping) else {c: c for c in group_by}
@@ -93,6 +95,7 @@ class Aggregation(Job):
             {"source": source},
             batch_rows=batch_rows,
             start=start,
+            shard=shard,
         )
 
     def _validate(self) -> None:

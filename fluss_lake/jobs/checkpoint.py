@@ -21,14 +21,20 @@ from fluss_lake.connection import Connection
 from fluss_lake.exceptions import JobConflictError
 from fluss_lake.io import layout
 from fluss_lake.io.checksum import corrupted, dumps_json, loads_json, seal, unseal
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.metadata.table_path import check_name
 
-__all__ = ["BucketOffsets", "Checkpoint", "CheckpointStore"]
+__all__ = ["BucketOffsets", "Checkpoint", "CheckpointStore", "shard_prefix"]
 
 #: (partition name or None, bucket) -> next offset to consume
 BucketOffsets = dict[tuple[str | None, int], int]
 
 _KEEP = 2
+
+
+def shard_prefix(job_prefix: str, shard: Shard) -> str:
+    """Where shard `index` of `count` keeps its checkpoints: ``.jobs/<name>/shards-<count>/<index>``."""
+    return f"{job_prefix}/shards-{shard.count}/{shard.index}"
 
 
 @dataclass(frozen=True)
@@ -42,9 +48,11 @@ class Checkpoint:
     extra: dict[str, Any] = field(default_factory=dict)
     #: alias -> partition name -> partition id (partitioned inputs only)
     partitions: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: sharded jobs: {"generation": g, "count": n} of the shard layout this checkpoint belongs to (``_layout``)
+    layout: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             "number": self.number,
             "job_uid": self.job_uid,
             "table_ids": self.table_ids,
@@ -55,6 +63,9 @@ class Checkpoint:
             },
             "partitions": self.partitions,
         }
+        if self.layout:  # written only by sharded or reassigned jobs: unsharded checkpoints stay as before
+            body["layout"] = self.layout
+        return body
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Checkpoint:
@@ -69,6 +80,7 @@ class Checkpoint:
             dict(body["table_ids"]),
             dict(body.get("extra") or {}),
             partitions,
+            {str(k): int(v) for k, v in (body.get("layout") or {}).items()},
         )
 
     def size_bytes(self) -> int:
@@ -79,10 +91,13 @@ class Checkpoint:
 class CheckpointStore:
     """The checkpoints of one job in a connection's store."""
 
-    def __init__(self, connection: Connection, name: str) -> None:
+    def __init__(self, connection: Connection, name: str, shard: Shard | None = None) -> None:
         self.store = connection.store
         self.name = check_name("job", name)
-        self.prefix = layout.job_prefix(name)
+        #: the job's folder (shard layouts, write journal); a shard's checkpoints are in a folder below it
+        self.job_prefix = layout.job_prefix(name)
+        self.prefix = self.job_prefix if shard is None else shard_prefix(self.job_prefix, shard)
+        self.shard = shard
 
     def _names(self) -> list[str]:
         return sorted(n for n in self.store.list(self.prefix) if n.startswith("ckpt-") and n.endswith(".json"))
@@ -109,9 +124,10 @@ class CheckpointStore:
         """Create checkpoint ``number`` atomically; another instance that got there first makes this raise."""
         key = f"{self.prefix}/ckpt-{checkpoint.number:020d}.json"
         if not self.store.put_if_absent(key, dumps_json(checkpoint.to_json())):
+            who = "this job" if self.shard is None else f"shard {self.shard} of this job"
             raise JobConflictError(
                 f"job {self.name!r}: checkpoint {checkpoint.number} was committed by another "
-                "instance of this job; run one instance per job name (this one stops here)"
+                f"instance of {who}; run one instance per job name and shard (this one stops here)"
             )
         for old in self._names()[:-_KEEP]:
             self.store.delete(f"{self.prefix}/{old}")

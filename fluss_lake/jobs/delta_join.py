@@ -18,6 +18,12 @@ change. A joined row whose partner was deleted too is still found because the pr
 the keys of rows changed in the changelog not yet consumed (they are read before the probes, and again if a
 writer committed while probing), so a pair deleted on both sides is retracted by whichever change comes first.
 Everything written is an upsert or delete of the result key, so repeating a step after a crash is harmless.
+
+Sharded (``shard=Shard(i, n)``): each shard reads the changelogs of the buckets it owns and probes the inputs'
+current rows (all buckets). The delete records of the other shards' buckets not yet consumed by them (from their
+committed checkpoints on) are known to its probes too, and the shards write one at a time, probing again when
+another shard wrote one of the same result keys since they probed (``_result_journal``): after all shards caught
+up, the result equals the unsharded job's.
 """
 
 from __future__ import annotations
@@ -28,12 +34,14 @@ import numpy as np
 import polars as pl
 
 from fluss_lake._utils.distinct import distinct
-from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError
+from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError, PartitionNotExistError
 from fluss_lake.jobs._expansion import PENDING, emit, expand, project
-from fluss_lake.jobs.checkpoint import BucketOffsets
+from fluss_lake.jobs._result_journal import ResultJournal
+from fluss_lake.jobs.checkpoint import BucketOffsets, CheckpointStore
 from fluss_lake.jobs.job import Job, JobReport, StartFrom, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 from fluss_lake.jobs.result_writes import write_changes
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.table import Table
 
 __all__ = ["DeltaJoin"]
@@ -88,6 +96,7 @@ class DeltaJoin(Job):
         batch_rows: int = BATCH_ROWS,
         start: StartFrom = "earliest",
         emit_per_input: bool = False,
+        shard: Shard | None = None,
     ) -> None:
         self.plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
         self.emit_per_input = emit_per_input
@@ -104,11 +113,14 @@ class DeltaJoin(Job):
             inputs,
             batch_rows=batch_rows,
             start=start,
+            shard=shard,
         )
         self._keys: dict[str, pl.DataFrame] = {}
         self._known: dict[str, BucketOffsets] = {}
         self._defer_pending = not emit_per_input  # Fluss's records (the conformance vectors) re-emit every probe
         self._consumed: dict[str, dict[tuple[str | None, int], int]] = {}  # per input: offsets after this step
+        self._journal = ResultJournal(self.connection, self.name, self.shard) if self.shard is not None else None
+        self.reprobes = 0  # steps a shard probed again because another shard wrote one of its result keys
 
     def explain(self) -> Explanation:
         """How this join runs (a delta join: which index each side is probed by)."""
@@ -216,7 +228,10 @@ class DeltaJoin(Job):
         if not any(self._ranges(alias, 1 << 62, ends[alias]) for alias in self.inputs):
             return None
         self._known = {a: dict(e) for a, e in ends.items()}
-        self._keys = {a: self._deleted_keys(a, self._ranges(a, 1 << 62, ends[a])) for a in self.inputs}
+        self._keys = {
+            a: self._deleted_keys(a, {**self._ranges(a, 1 << 62, ends[a]), **self._foreign_ranges(a, ends[a])})
+            for a in self.inputs
+        }
         upserted = deleted = steps = records = 0
         groups = [[a] for a in self.inputs] if self.emit_per_input else [list(self.inputs)]
         for group in groups:
@@ -237,16 +252,82 @@ class DeltaJoin(Job):
                         a: {**self.checkpoint.offsets[a], **{k: end for k, (_, end) in ranges.get(a, {}).items()}}
                         for a in self.inputs
                     }
+                    mark = self._journal.mark() if self._journal is not None else -1  # before the probes
                     ups, dels = self._process(seeds)
+                    ups, dels = self._write(seeds, ups, dels, mark)
                     seeds.clear()
-                    # Fluss's own records (emit_per_input) re-emit -U/+U for every probed row, changed or not
-                    write_changes(self.result, ups, dels, skip_unchanged=not self.emit_per_input)
                     upserted += ups.height
                     deleted += dels.height
                 self._advance({a: {b: span[1] for b, span in r.items()} for a, r in ranges.items()})
                 self._save()
                 steps += 1
         return JobReport(steps=steps, records_read=records, rows_upserted=upserted, rows_deleted=deleted)
+
+    def _foreign_ranges(
+        self, alias: str, ends: Mapping[tuple[str | None, int], int]
+    ) -> dict[tuple[str | None, int], tuple[int, int]]:
+        """A shard's view of the other shards' buckets: [their committed offset, log end) per (partition, bucket),
+        whose delete records the probes must know (a pair deleted on both sides, each side owned by another
+        shard, is retracted by whichever shard comes first). Unknown offsets count from the log start."""
+        if self.shard is None:
+            return {}
+        generation = self.checkpoint.layout.get("generation")
+        mine = self.checkpoint.partitions.get(alias, {})
+        offsets: dict[tuple[str | None, int], int] = {}
+        for other in Shard.all(self.shard.count):
+            if other == self.shard:
+                continue
+            found = CheckpointStore(self.connection, self.name, other).load()
+            if found is None or found.layout.get("generation") != generation:
+                continue
+            ids = found.partitions.get(alias, {})
+            offsets.update(
+                {
+                    k: o
+                    for k, o in found.offsets.get(alias, {}).items()
+                    if k[0] is None or ids.get(k[0]) == mine.get(k[0])
+                }
+            )
+        out: dict[tuple[str | None, int], tuple[int, int]] = {}
+        starts: dict[str | None, dict[int, int]] = {}
+        for key, end in ends.items():
+            if self._owns(*key):
+                continue
+            start = offsets.get(key)
+            if start is None:
+                if key[0] not in starts:
+                    part = self.inputs[alias] if key[0] is None else self._handle(alias, key[0])
+                    try:
+                        starts[key[0]] = part.earliest_offsets() if part is not None else {}
+                    except PartitionNotExistError:
+                        starts[key[0]] = {}
+                start = starts[key[0]].get(key[1], end)
+            if end > start:
+                out[key] = (start, end)
+        return out
+
+    def _write(
+        self, seeds: Mapping[str, pl.DataFrame], ups: pl.DataFrame, dels: pl.DataFrame, mark: int
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Write a step's result changes; a shard writes holding the job's write lock, and probes again first if
+        another shard wrote one of its result keys since `mark` (``_result_journal``)."""
+        skip = not self.emit_per_input  # Fluss's own records re-emit -U/+U for every probed row, changed or not
+        if self._journal is None:
+            write_changes(self.result, ups, dels, skip_unchanged=skip)
+            return ups, dels
+        if not ups.height and not dels.height:
+            return ups, dels
+        pk = list(self.result.schema.primary_key)
+        with self._journal.locked():
+            theirs = self._journal.others_since(mark)
+            keys = pl.concat([ups.select(pk), dels.select(pk)], how="vertical_relaxed")
+            if theirs is None or (theirs.height and keys.join(theirs.select(pk), on=pk, how="semi").height):
+                ups, dels = self._process(seeds)  # nobody writes while we hold the lock: these probes are current
+                keys = pl.concat([ups.select(pk), dels.select(pk)], how="vertical_relaxed")
+                self.reprobes += 1
+            write_changes(self.result, ups, dels, skip_unchanged=skip)
+            self._journal.append(keys)
+        return ups, dels
 
     def _process(self, seeds: Mapping[str, pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Upserts and deletes for batches of changed rows (per input)."""

@@ -8,10 +8,16 @@ repetition harmless (idempotent upserts/deletes, or writer ids recognised as alr
 Partitioned inputs are read per (partition, bucket): each step lists the partitions, reads partitions the
 checkpoint does not know (new, or re-created under a known name) from their start and forgets the offsets of
 dropped ones (their results stay: a drop writes no delete records, as in Fluss).
+
+Shards (``shard=Shard(index, count)``, :mod:`fluss_lake.jobs.shard`): a job split into `count` parts, each
+reading only the (partition, bucket) pairs it owns and keeping its own checkpoint under
+``.jobs/<name>/shards-<count>/<index>``; changing the count reassigns the buckets from the checkpoints
+(:mod:`fluss_lake.jobs._layout`, ``docs/SHARDS.md``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -33,12 +39,15 @@ from fluss_lake.exceptions import (
 )
 from fluss_lake.io import layout
 from fluss_lake.io.checksum import corrupted
+from fluss_lake.jobs._layout import fenced, open_checkpoint
 from fluss_lake.jobs.checkpoint import BucketOffsets, Checkpoint, CheckpointStore
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.log.log_tablet import batch_key
 from fluss_lake.metadata.partition import partition_names as metadata_partition_names
+from fluss_lake.metadata.table_path import check_name
 from fluss_lake.table import Table
 
-__all__ = ["Job", "JobReport", "StartFrom"]
+__all__ = ["Job", "JobReport", "JobStatus", "StartFrom"]
 
 #: Where a job starts reading an input its checkpoint does not know: the log start, or its end now.
 StartFrom = Literal["earliest", "latest"]
@@ -68,6 +77,23 @@ class JobReport:
         )
 
 
+@dataclass(frozen=True)
+class JobStatus:
+    """Where a job (or one shard of it) stands, from :meth:`Job.status`.
+
+    `offsets`: the next offset to consume per input and ``(partition name or None, bucket)`` the job owns;
+    `lag`: records per input between those and the log ends; `checkpoint`: the number of its newest checkpoint;
+    `records_read` and `rows_per_second`: of its last run that did something (None before any)."""
+
+    name: str
+    shard: Shard | None
+    offsets: dict[str, dict[tuple[str | None, int], int]]
+    lag: dict[str, int]
+    checkpoint: int
+    records_read: int = 0
+    rows_per_second: float | None = None
+
+
 class Job:
     """Base of the jobs: checkpointed offsets per input (partition and) bucket and the run loop (subclasses define
     a step)."""
@@ -82,31 +108,43 @@ class Job:
         *,
         batch_rows: int = 100_000,
         start: StartFrom = "earliest",
+        shard: Shard | None = None,
     ) -> None:
         batch_rows = check_int("batch_rows", batch_rows, minimum=1, hint="changelog records per input and step")
         if start not in ("earliest", "latest"):
             raise InvalidConfigError(f"start={start!r}: use 'earliest' or 'latest'")
+        if shard is not None and not isinstance(shard, Shard):
+            raise InvalidConfigError(
+                f"shard={shard!r}: pass a fluss_lake.jobs.Shard(index, count) (or None for all buckets)"
+            )
+        #: the (partition, bucket) pairs this job reads (None: all; ``Shard(0, 1)`` is the same as None)
+        self.shard = shard if shard is not None and shard.count > 1 else None
         self.connection = connection
         self.name = name
         self.inputs = dict(inputs)
         self.batch_rows = batch_rows
-        self.checkpoints = CheckpointStore(connection, name)
+        self.checkpoints = CheckpointStore(connection, name, self.shard)
         self._handles: dict[str, dict[str, Table]] = {}  # alias -> partition name -> handle (partitioned inputs)
         self.forgotten_partitions: dict[str, list[str]] = {}  # alias -> partitions dropped since the job saw them
-        loaded = self.checkpoints.load()
+        self._last_run: JobReport | None = None
+        check_name("job", name)
+        loaded, derived = open_checkpoint(connection, name, self.shard, self.inputs)
         if loaded is None:
             loaded = Checkpoint(-1, uuid.uuid4().hex, {}, {a: t.info.table_id for a, t in self.inputs.items()})
-        else:
-            for alias, table in self.inputs.items():
-                if loaded.table_ids.get(alias, table.info.table_id) != table.info.table_id:
-                    raise JobStateError(
-                        f"job {name!r}: input {alias!r} ({table.path}) was re-created since the "
-                        "last checkpoint; its offsets mean nothing now. Call reset() to start over"
-                    )
+        for alias, table in self.inputs.items():
+            if loaded.table_ids.get(alias, table.info.table_id) != table.info.table_id:
+                raise JobStateError(
+                    f"job {name!r}: input {alias!r} ({table.path}) was re-created since the "
+                    "last checkpoint; its offsets mean nothing now. Call reset() to start over"
+                )
         self.checkpoint = loaded
         for alias in self.inputs:
             if alias not in loaded.offsets:
                 self._begin_input(alias, start)
+        if derived or (self.shard is not None and self.checkpoint.number < 0):
+            # a shard's checkpoint exists from its start: the other shards read its offsets, and a new layout
+            # is complete once each of its shards committed one
+            self._save()
         self._budget: int | None = None  # steps the current run_once may still take
 
     def _begin_input(self, alias: str, start: StartFrom) -> None:
@@ -119,14 +157,16 @@ class Job:
                 ends = part.end_offsets() if start == "latest" else part.earliest_offsets()
             except PartitionNotExistError:  # dropped meanwhile
                 continue
-            offsets.update({(part.partition_name, b): o for b, o in ends.items()})
+            offsets.update({(part.partition_name, b): o for b, o in ends.items() if self._owns(part.partition_name, b)})
             if part.partition_info is not None:
                 ids[part.partition_name] = part.partition_info.partition_id  # type: ignore[index]
         old = self.checkpoint
         partitions = {**old.partitions, alias: ids} if table.is_partitioned else old.partitions
-        self.checkpoint = Checkpoint(
-            old.number, old.job_uid, {**old.offsets, alias: offsets}, old.table_ids, old.extra, partitions
-        )
+        self.checkpoint = dataclasses.replace(old, offsets={**old.offsets, alias: offsets}, partitions=partitions)
+
+    def _owns(self, partition: str | None, bucket: int) -> bool:
+        """Whether this job (shard) reads `bucket` of `partition`."""
+        return self.shard is None or self.shard.owns(partition, bucket)
 
     # ------------------------------------------------------------ partitions
     def _partitions_of(self, alias: str) -> dict[str, Table]:
@@ -144,6 +184,7 @@ class Job:
         table = self.inputs[alias]
         if not table.is_partitioned:
             return {(None, b): o for b, o in table.end_offsets().items()}
+        owns = self._owns
         old = self.checkpoint
         known = old.partitions.get(alias, {})
         offsets = dict(old.offsets[alias])
@@ -158,8 +199,15 @@ class Job:
                     if name in known:
                         self._forget(alias, [name])
                     offsets = {k: o for k, o in offsets.items() if k[0] != name}
-                    offsets.update({(name, b): o for b, o in part.earliest_offsets().items()})
+                    offsets.update({(name, b): o for b, o in part.earliest_offsets().items() if owns(name, b)})
                     ids[name] = pid
+                elif any(owns(name, b) and (name, b) not in offsets for b in part_ends):
+                    # known to another shard of an older layout, but not to the one that owned these buckets
+                    # then (it never saw the partition): they start at their beginning
+                    earliest = part.earliest_offsets()
+                    offsets.update(
+                        {(name, b): earliest[b] for b in part_ends if owns(name, b) and (name, b) not in offsets}
+                    )
             except PartitionNotExistError:
                 continue
             ends.update({(name, b): o for b, o in part_ends.items()})
@@ -170,13 +218,8 @@ class Job:
             ids = {n: i for n, i in ids.items() if n not in gone}
         offsets = {k: o for k, o in offsets.items() if k in ends}  # dropped while we listed
         if offsets != old.offsets[alias] or ids != known:
-            self.checkpoint = Checkpoint(
-                old.number,
-                old.job_uid,
-                {**old.offsets, alias: offsets},
-                old.table_ids,
-                old.extra,
-                {**old.partitions, alias: ids},
+            self.checkpoint = dataclasses.replace(
+                old, offsets={**old.offsets, alias: offsets}, partitions={**old.partitions, alias: ids}
             )
         return ends
 
@@ -201,7 +244,7 @@ class Job:
         for alias in self.inputs:
             ends = self._log_ends(alias)
             offs = self.checkpoint.offsets[alias]
-            out[alias] = sum(max(e - offs.get(k, 0), 0) for k, e in ends.items())
+            out[alias] = sum(max(e - offs.get(k, 0), 0) for k, e in ends.items() if self._owns(*k))
         return out
 
     def state_bytes(self) -> int:
@@ -315,21 +358,21 @@ class Job:
             for key, offset in per_bucket.items():
                 if key in offsets[alias]:  # not a partition forgotten meanwhile
                     offsets[alias][key] = offset
-        self.checkpoint = Checkpoint(
-            old.number,
-            old.job_uid,
-            offsets,
-            old.table_ids,
-            dict(extra) if extra is not None else old.extra,
-            old.partitions,
+        self.checkpoint = dataclasses.replace(
+            old, offsets=offsets, extra=dict(extra) if extra is not None else old.extra
         )
 
     def _save(self) -> None:
-        """Commit the in-memory checkpoint as the next one in the store."""
+        """Commit the in-memory checkpoint as the next one in the store (refused once the job was reassigned to
+        another shard count: this instance's offsets were taken over)."""
         current = self.checkpoint
-        new = Checkpoint(
-            current.number + 1, current.job_uid, current.offsets, current.table_ids, current.extra, current.partitions
-        )
+        generation = int(current.layout.get("generation", 0))
+        if fenced(self.connection, self.name, generation):
+            raise JobStateError(
+                f"job {self.name!r} was reassigned to another shard count while {self._who()} ran; "
+                "this instance stops here (run the shards of the new count)"
+            )
+        new = dataclasses.replace(current, number=current.number + 1)
         self.checkpoints.commit(new)
         self.checkpoint = new
 
@@ -349,7 +392,7 @@ class Job:
             if step is None:
                 break
             report = report.combine(step)
-        return JobReport(
+        done = JobReport(
             report.steps,
             report.records_read,
             report.rows_upserted,
@@ -357,6 +400,44 @@ class Job:
             report.rows_appended,
             time.perf_counter() - started,
             {a: self.offsets(a) for a in self.inputs},
+        )
+        if done.steps:
+            self._last_run = done
+        return done
+
+    def _who(self) -> str:
+        return "the job" if self.shard is None else f"shard {self.shard}"
+
+    def status(self) -> JobStatus:
+        """Where this job (shard) stands: its offsets, the records it has not consumed yet, its last run's speed.
+
+        Reads the log ends of its inputs (one listing per partitioned input), nothing else.
+
+        Examples
+        --------
+        >>> import tempfile, fluss_lake as fl
+        >>> from fluss_lake.jobs import Aggregation, Shard
+        >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+        >>> _ = conn.create_table("d.ev", schema={"k": "INT", "v": "BIGINT"}, bucket_num=2, bucket_keys=["k"])
+        >>> _ = conn.create_table("d.tot", schema={"k": "INT", "v": "BIGINT"}, primary_key=["k"],
+        ...                       options={"table.merge-engine": "aggregation", "fields.v.agg": "sum"})
+        >>> job = Aggregation(conn.get_table("d.ev"), conn.get_table("d.tot"), group_by=["k"],
+        ...                   aggregates={"v": ("sum", "v")}, shard=Shard(0, 2))
+        >>> _ = conn.get_table("d.ev").append([{"k": k, "v": 1} for k in range(8)])
+        >>> before = job.status().lag["source"]; _ = job.run_once(); after = job.status().lag["source"]
+        >>> before > 0, after
+        (True, 0)
+        """
+        lag = self.lag()
+        last = self._last_run
+        return JobStatus(
+            name=self.name,
+            shard=self.shard,
+            offsets={a: dict(self.checkpoint.offsets[a]) for a in self.inputs},
+            lag=lag,
+            checkpoint=self.checkpoint.number,
+            records_read=last.records_read if last is not None else 0,
+            rows_per_second=(last.records_read / last.seconds) if last is not None and last.seconds > 0 else None,
         )
 
     def run(self, stop_event: threading.Event, *, poll_interval: float = 0.5) -> JobReport:

@@ -11,6 +11,7 @@ from fluss_lake.exceptions import InvalidConfigError, JoinNotSupportedError
 from fluss_lake.jobs.delta_join import DeltaJoin
 from fluss_lake.jobs.job import StartFrom
 from fluss_lake.jobs.join_plan import Explanation, Join, JoinPlan
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.jobs.stateful_join import StatefulJoin
 from fluss_lake.table import Table
 
@@ -60,10 +61,11 @@ def join(
     batch_rows: int | None = None,
     start: StartFrom = "earliest",
     fallback: Literal["reject", "stateful"] = "reject",
+    shard: Shard | None = None,
 ) -> DeltaJoin | StatefulJoin:
     """A join job: a :class:`DeltaJoin` when the join allows it, otherwise the stateful join
     (``fallback="stateful"``, its ``explain()`` says why) or :class:`~fluss_lake.JoinNotSupportedError`.
-    `batch_rows` defaults to the chosen job's own default."""
+    `batch_rows` defaults to the chosen job's own default; `shard` splits a delta join (a stateful join refuses it)."""
     if fallback not in ("reject", "stateful"):
         raise InvalidConfigError(f"fallback={fallback!r}: use 'reject' or 'stateful'")
     options = {
@@ -72,6 +74,7 @@ def join(
         "condition": condition,
         "name": name,
         "start": start,
+        "shard": shard,
         **({} if batch_rows is None else {"batch_rows": batch_rows}),
     }
     plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)

@@ -30,6 +30,7 @@ from fluss_lake.jobs._exactly_once import (
 )
 from fluss_lake.jobs.job import Job, JobReport, StartFrom, default_job_name
 from fluss_lake.jobs.join_plan import index_columns
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.table import Table
 
 __all__ = ["LookupCache", "LookupJoin"]
@@ -91,6 +92,7 @@ class LookupJoin(Job):
         start: StartFrom = "earliest",
         clock: Callable[[], float] = time.monotonic,
         insert_if_not_exists: bool | None = None,
+        shard: Shard | None = None,
     ) -> None:
         if not table.is_primary_key_table:
             raise InvalidConfigError(f"{table.path} is a log table; a lookup join needs a primary-key table")
@@ -132,6 +134,8 @@ class LookupJoin(Job):
         self.insert_if_not_exists = bool(insert_if_not_exists)
         # made now, so a table whose rows cannot be inserted from a key alone is refused here
         self._lookuper = table.new_lookup(insert_if_not_exists=self.insert_if_not_exists) if self.mode == "pk" else None
+        if shard is not None and source is None:
+            raise InvalidConfigError("shard= splits a job reading a source log table; this LookupJoin has no source")
         if sink is not None and source is None:
             raise InvalidConfigError("a sink needs a source log table to read from")
         if sink is not None and sink.is_primary_key_table:
@@ -148,6 +152,7 @@ class LookupJoin(Job):
                 {"source": source},
                 batch_rows=batch_rows,
                 start=start,
+                shard=shard,
             )
 
     # ------------------------------------------------------------ enrichment

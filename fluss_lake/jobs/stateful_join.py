@@ -17,11 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 import polars as pl
 
 from fluss_lake._utils.distinct import distinct
+from fluss_lake.exceptions import JoinNotSupportedError
 from fluss_lake.jobs._expansion import TUPLE_LIVE, emit, expand
 from fluss_lake.jobs.checkpoint import BucketOffsets
 from fluss_lake.jobs.job import Job, JobReport, StartFrom, default_job_name, partition_names
 from fluss_lake.jobs.join_plan import LIVE, Explanation, Join, JoinPlan
 from fluss_lake.jobs.result_writes import write_changes
+from fluss_lake.jobs.shard import Shard
 from fluss_lake.table import Table
 
 __all__ = ["StatefulJoin"]
@@ -63,7 +65,13 @@ class StatefulJoin(Job):
         name: str | None = None,
         batch_rows: int = 100_000,
         start: StartFrom = "earliest",
+        shard: Shard | None = None,
     ) -> None:
+        if shard is not None and not (isinstance(shard, Shard) and shard.count == 1):
+            raise JoinNotSupportedError(
+                f"shard={shard!r}: a stateful join keeps the rows of all its inputs' buckets in one state and "
+                "cannot be split into shards; run it unsharded, or make the join a delta join (see explain())"
+            )
         self.plan = JoinPlan(inputs, joins, result, select=select, where=where, condition=condition)
         self.result = result
         super().__init__(

@@ -173,6 +173,11 @@ ARGS: dict[tuple[str, str], Arg] = {
     ("fluss_lake.jobs.Job.run", "poll_interval"): Arg(lambda e, v: _delta(e).run(e.stopped, poll_interval=v), SECONDS,
                                                       (0.01, 2)),
     ("fluss_lake.jobs.Job.run", "stop_event"): Arg(lambda e, v: _delta(e).run(v), (None, True, 1), ()),
+    # shards of jobs and tiering
+    ("fluss_lake.Shard.__init__", "index"): Arg(lambda e, v: fl.Shard(v, 3), NON_NEGATIVE, (0, 2), match="Shard"),
+    ("fluss_lake.Shard.__init__", "count"): Arg(lambda e, v: fl.Shard(0, v), COUNT, (1, 4), match="Shard"),
+    ("fluss_lake.Shard.all", "count"): Arg(lambda e, v: fl.Shard.all(v), COUNT, (1, 3)),
+    ("fluss_lake.Shard.owns", "bucket"): Arg(lambda e, v: fl.Shard(0, 2).owns(None, v), NON_NEGATIVE, (0, 5)),
     # lookup caches and joins without a source
     ("fluss_lake.jobs.LookupCache.__init__", "max_rows"): Arg(lambda e, v: LookupCache(max_rows=v), (True, 1.5),
                                                               (1,)),
@@ -220,6 +225,8 @@ NOT_INPUTS: dict[tuple[str, str], str] = {
     **{("fluss_lake.WriteResult.__init__", p): "a report writes return" for p in ("rows", "records", "offsets")},
     **{("fluss_lake.jobs.JobReport.__init__", p): "a report jobs return"
        for p in ("steps", "records_read", "rows_upserted", "rows_deleted", "rows_appended", "seconds")},
+    **{("fluss_lake.jobs.JobStatus.__init__", p): "a report Job.status() returns"
+       for p in ("checkpoint", "records_read", "rows_per_second", "lag", "offsets")},
     **{("fluss_lake.TableInfo.__init__", p): "the catalog's metadata, read, never built by users"
        for p in ("created_ms", "modified_ms", "log_compaction_grace_ms")},
     ("fluss_lake.TableInfo.new", "log_compaction_grace_ms"): "the catalog's, from a checked connection option",
