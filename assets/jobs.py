@@ -35,7 +35,7 @@ from assets.live import live_metadata, open_table
 from assets.resources import LiveStore
 from assets.tables import DEMO_TABLES
 from fluss_lake.exceptions import JobStateError
-from fluss_lake.jobs import Aggregation, DeltaJoin, Job, JobReport, Join, LookupJoin
+from fluss_lake.jobs import Aggregation, DeltaJoin, Job, JobReport, Join, LookupJoin, Shard
 
 __all__ = [
     "JOB_ASSETS",
@@ -86,12 +86,7 @@ ORDERS_ENRICHED_SELECT = {
 ORDERS_ENRICHED_JOINS = [Join("o", "c", ["customer_id"], how="left")]
 
 
-def _sharded(shard: Any) -> dict[str, Any]:
-    """The ``shard=`` keyword of a job's shard (none for a job run as one shard)."""
-    return {} if shard is None else {"shard": shard}
-
-
-def orders_enriched_job(connection: fl.Connection, shard: Any = None) -> DeltaJoin:
+def orders_enriched_job(connection: fl.Connection, shard: Shard | None = None) -> DeltaJoin:
     """The delta join orders LEFT JOIN customers into ``orders_enriched`` (one `shard` of it if given)."""
     return DeltaJoin(
         _table(connection, "orders_enriched"),
@@ -99,7 +94,7 @@ def orders_enriched_job(connection: fl.Connection, shard: Any = None) -> DeltaJo
         ORDERS_ENRICHED_JOINS,
         select=ORDERS_ENRICHED_SELECT,
         name=_job_name("orders_enriched"),
-        **_sharded(shard),
+        shard=shard,
     )
 
 
@@ -146,7 +141,7 @@ class _ScoredLookupJoin(LookupJoin):
         return fraud_signals(super().enrich(frame))
 
 
-def fraud_risk_job(connection: fl.Connection, shard: Any = None) -> LookupJoin:
+def fraud_risk_job(connection: fl.Connection, shard: Shard | None = None) -> LookupJoin:
     """The lookup join payments -> current ``customer_360`` row -> ``fraud_risk`` (appended exactly once)."""
     return _ScoredLookupJoin(
         _table(connection, "customer_360"),
@@ -155,11 +150,11 @@ def fraud_risk_job(connection: fl.Connection, shard: Any = None) -> LookupJoin:
         source=_table(connection, "payments"),
         sink=_table(connection, "fraud_risk"),
         name=_job_name("fraud_risk"),
-        **_sharded(shard),
+        shard=shard,
     )
 
 
-def customer_spend_job(connection: fl.Connection, shard: Any = None) -> Aggregation:
+def customer_spend_job(connection: fl.Connection, shard: Shard | None = None) -> Aggregation:
     """The aggregation push-down payments -> ``customer_spend`` (totals in the table, offsets in the store)."""
     return Aggregation(
         _table(connection, "payments"),
@@ -173,7 +168,7 @@ def customer_spend_job(connection: fl.Connection, shard: Any = None) -> Aggregat
             "last_order_at": ("max", "paid_at"),
         },
         name=_job_name("customer_spend"),
-        **_sharded(shard),
+        shard=shard,
     )
 
 
@@ -194,9 +189,7 @@ def _run(
     def build() -> list[_J]:
         if shards == 1:
             return [make(connection)]
-        from fluss_ray.jobs import shard_of
-
-        return [make(connection, shard_of(i, shards)) for i in range(shards)]
+        return [make(connection, shard) for shard in Shard.all(shards)]
 
     reset = config.reset
     jobs: list[_J] | None

@@ -31,26 +31,18 @@ import ray
 from fluss_lake._utils.arguments import check_callable, check_int, check_seconds
 from fluss_lake.connection import Connection
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError, JobStateError
-from fluss_lake.jobs import Job, JobReport
+from fluss_lake.jobs import Job, JobReport, Shard
 from fluss_ray.store import Store
 
 __all__ = ["JobFactory", "RayJob", "ShardStatus", "run_job_once", "shard_of", "start_job"]
 
 #: ``make(connection, shard) -> Job``: builds one shard of the job on a worker (``shard`` is None for one shard).
-JobFactory = Callable[[Connection, Any], Job]
+JobFactory = Callable[[Connection, Shard | None], Job]
 
 
-def shard_of(index: int, count: int) -> Any:
+def shard_of(index: int, count: int) -> Shard | None:
     """The :class:`fluss_lake.jobs.Shard` ``index`` of ``count`` (``None`` when the job runs as one shard)."""
-    if count == 1:
-        return None
-    try:
-        from fluss_lake.jobs import Shard  # type: ignore[attr-defined]
-    except ImportError:  # a core without shards
-        raise InvalidConfigError(
-            f"shards={count}: this fluss-lake's jobs cannot be sharded; run them with shards=1"
-        ) from None
-    return Shard(index, count)
+    return None if count == 1 else Shard(index, count)
 
 
 @dataclass(frozen=True)
@@ -236,7 +228,6 @@ def _checked(make: JobFactory, store: Store, shards: int) -> int:
     if not isinstance(store, Store):
         raise InvalidConfigError(f"store={store!r}: give a fluss_ray.Store (the URL and options workers connect to)")
     shards = check_int("shards", shards, minimum=1, hint="actors the job's buckets are spread over")
-    shard_of(0, shards)  # a core without shards refuses shards > 1 before anything starts
     return shards
 
 
@@ -255,8 +246,10 @@ def start_job(
 
     Each actor builds its shard with ``make(connection, shard)`` and processes its inputs continuously (polling
     every `poll_interval` seconds when idle). Ray restarts a dead actor up to `max_restarts` times (``-1``:
-    always); it resumes from the shard's checkpoint. `ray_options` are passed to ``.options()`` of the actors
-    (``resources``, ``scheduling_strategy``...; shards are spread over the nodes by default).
+    always); it resumes from the shard's checkpoint. `num_cpus` is what each actor reserves; Ray also sets the
+    actor's ``OMP_NUM_THREADS`` (so Arrow's thread pool) to it, so give a shard the cores it should use.
+    `ray_options` are passed to ``.options()`` of the actors (``resources``, ``scheduling_strategy``...; shards
+    are spread over the nodes by default).
     """
 
     shards = _checked(make, store, shards)

@@ -15,6 +15,7 @@ import ray
 
 from fluss_lake._utils.arguments import check_int
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError
+from fluss_lake.jobs import Shard
 from fluss_lake.metadata.table_path import TablePath
 from fluss_ray.store import Store
 from tiering import Lake, TableTieringReport, tier_table
@@ -24,12 +25,20 @@ __all__ = ["tier_on_ray", "tier_table_task"]
 
 
 def tier_table_task(
-    store: Store, lake_properties: Mapping[str, str], lake_name: str, table: str, expire_partitions: bool
+    store: Store,
+    lake_properties: Mapping[str, str],
+    lake_name: str,
+    table: str,
+    expire_partitions: bool,
+    shard: Shard | None,
 ) -> TableTieringReport:
-    """One table's tiering round on a worker (the body of the Ray task)."""
+    """One table's tiering round (of the buckets of `shard`, if given) on a worker: the body of the Ray task."""
     connection = store.connect()
     return tier_table(
-        connection.get_table(table), Lake(lake_properties, name=lake_name), expire_partitions=expire_partitions
+        connection.get_table(table),
+        Lake(lake_properties, name=lake_name),
+        expire_partitions=expire_partitions,
+        shard=shard,
     )
 
 
@@ -39,11 +48,15 @@ def tier_on_ray(
     *,
     tables: Sequence[str | TablePath] | None = None,
     expire_partitions: bool = False,
+    shards: int = 1,
     max_retries: int = 3,
     num_cpus: float = 1.0,
     ray_options: Mapping[str, Any] | None = None,
 ) -> list[TableTieringReport]:
     """One tiering round on the connected Ray cluster: a task per table (default: every lake-enabled table).
+
+    With `shards` > 1 each table's round is that many tasks, each tiering the buckets of one
+    :class:`~fluss_lake.jobs.Shard` (for large tables); each commits its own buckets' rows and offsets.
 
     The lake must be reachable from every worker (its catalog and warehouse, e.g. a REST or SQL catalog and an
     S3 warehouse). A failing table raises after the others were tiered (the first error, the rest as notes).
@@ -59,6 +72,7 @@ def tier_on_ray(
     if not isinstance(lake, Lake):
         raise InvalidConfigError(f"lake={lake!r}: give a tiering.Lake (its catalog properties go to the workers)")
     max_retries = check_int("max_retries", max_retries, minimum=0, hint="times a table's task is run again")
+    shards = check_int("shards", shards, minimum=1, hint="tasks (bucket ranges) per table")
     if not ray.is_initialized():
         raise InvalidConfigError("tier_on_ray runs on a Ray cluster: call ray.init(address=...) first")
     names = (
@@ -71,7 +85,9 @@ def tier_on_ray(
     task = ray.remote(tier_table_task).options(
         max_retries=max_retries, num_cpus=num_cpus, scheduling_strategy="SPREAD", **dict(ray_options or {})
     )
-    refs = [task.remote(store, dict(lake.properties), lake.name, name, expire_partitions) for name in names]
+    parts = [None] if shards == 1 else Shard.all(shards)
+    props = dict(lake.properties)
+    refs = [task.remote(store, props, lake.name, name, expire_partitions, part) for name in names for part in parts]
     reports, errors = [], []
     for ref in refs:
         try:
