@@ -28,7 +28,6 @@ import ray.cloudpickle
 from ray.cluster_utils import Cluster
 
 import fluss_lake as fl
-import fluss_lake.jobs
 import fluss_ray
 from fluss_lake.jobs import Aggregation, DeltaJoin, Join, LookupJoin
 from fluss_ray import Store
@@ -36,24 +35,30 @@ from fluss_ray.rounds import tier_table_task
 from tiering import Lake, tier_table
 from tiering.lake_snapshot import LakeSnapshot
 
-pytestmark = [pytest.mark.s3, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.s3,
+    pytest.mark.slow,
+    # Ray Data's own DataContext warns about its deprecated options when it is copied to the workers
+    pytest.mark.filterwarnings("ignore:`use_push_based_shuffle` is deprecated:DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:`use_polars` is deprecated:DeprecationWarning"),
+]
 
-#: shards per job: 2 once the core shards jobs (fluss_lake.jobs.Shard), else the whole job as one shard
-SHARDS = 2 if hasattr(fluss_lake.jobs, "Shard") else 1
+SHARDS = 2  # shards per job (each its own actor or task, its own checkpoint)
 _MB = 1024 * 1024
 
 
 # ------------------------------------------------------------------------------------------- the cluster
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    """A head (no shard slots) and two workers with two ``shard`` slots each; the test process is the driver."""
+    """A head (no shard slots) and two workers with four ``shard`` slots each (room for every shard actor on one
+    worker, so a lost worker's actors restart on the other at once); the test process is the driver."""
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
     nodes = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 2, "object_store_memory": 80 * _MB, "include_dashboard": False},
     )
     for _ in range(2):
-        nodes.add_node(num_cpus=2, resources={"shard": 2}, object_store_memory=80 * _MB)
+        nodes.add_node(num_cpus=2, resources={"shard": 4}, object_store_memory=80 * _MB)
     ray.init(address=nodes.address, logging_level="ERROR", log_to_driver=False)
     nodes.wait_for_nodes()
     try:
@@ -79,31 +84,30 @@ def lake(store, moto_endpoint, tmp_path) -> Lake:
 
 
 ON_WORKERS = {"resources": {"shard": 1}}
+#: a quarter CPU per shard actor: all four fit on the two CPUs of the worker that survives a lost node
+ACTOR_CPUS = 0.25
 
 
 # ------------------------------------------------------------------------------------------- the jobs
 def make_delta_join(connection: fl.Connection, shard: Any) -> DeltaJoin:
-    extra = {"shard": shard} if shard is not None else {}
     return DeltaJoin(
         connection.get_table("d.view"),
         {"o": connection.get_table("d.orders"), "c": connection.get_table("d.customers")},
         [Join("o", "c", ["cid"], how="left")],
         batch_rows=400,
-        **extra,
+        shard=shard,
     )
 
 
 def make_aggregation(connection: fl.Connection, shard: Any) -> Aggregation:
-    extra = {"shard": shard} if shard is not None else {}
     return Aggregation(connection.get_table("d.payments"), connection.get_table("d.spend"), group_by=["cid"],
-                       aggregates={"n": ("count", None), "total": ("sum", "amount")}, batch_rows=300, **extra)
+                       aggregates={"n": ("count", None), "total": ("sum", "amount")}, batch_rows=300, shard=shard)
 
 
 def make_lookup_join(connection: fl.Connection, shard: Any) -> LookupJoin:
-    extra = {"shard": shard} if shard is not None else {}
     return LookupJoin(connection.get_table("d.customers"), on=["cid"], columns=["name"],
                       source=connection.get_table("d.payments"), sink=connection.get_table("d.enriched"),
-                      batch_rows=300, **extra)
+                      batch_rows=300, shard=shard)
 
 
 def _create_inputs(conn: fl.Connection) -> None:
@@ -183,9 +187,10 @@ def test_delta_join_and_aggregation_survive_a_killed_actor_and_a_lost_node(clust
     writers = Writers(conn, seed=1)
     for _ in range(3):
         writers.round()
-    join = fluss_ray.start_job(make_delta_join, store=store, shards=SHARDS, ray_options=ON_WORKERS, poll_interval=0.1)
+    join = fluss_ray.start_job(make_delta_join, store=store, shards=SHARDS, ray_options=ON_WORKERS, poll_interval=0.1,
+                               num_cpus=ACTOR_CPUS)
     spend = fluss_ray.start_job(make_aggregation, store=store, shards=SHARDS, ray_options=ON_WORKERS,
-                                poll_interval=0.1)
+                                poll_interval=0.1, num_cpus=ACTOR_CPUS)
     try:
         writers.start()
         try:
@@ -199,8 +204,7 @@ def test_delta_join_and_aggregation_survive_a_killed_actor_and_a_lost_node(clust
             node_id = join.status()[-1].node_id
             doomed = next(n for n in cluster.worker_nodes if n.node_id == node_id)
             cluster.remove_node(doomed)
-            cluster.add_node(num_cpus=2, resources={"shard": 2}, object_store_memory=80 * _MB)
-            _wait_for(lambda: join.status()[-1].node_id != node_id, "the shard on another node", timeout_s=90)
+            _wait_for(lambda: join.status(timeout_s=120)[-1].node_id != node_id, "the shard on another node")
             time.sleep(1.0)  # the writers keep writing while the shards recover
         finally:
             writers.finish()
@@ -247,10 +251,10 @@ def test_two_tiering_tasks_racing_on_one_table_keep_the_lake_equal_to_live(clust
     for i in range(4):
         ev.append([{"v": i * 10 + j} for j in range(10)])
         kv.upsert([{"k": j, "n": i} for j in range(i, i + 5)])
-        racing = [task.remote(store, dict(lake.properties), lake.name, t, False) for t in ("d.ev", "d.ev", "d.kv", "d.kv")]
+        racing = [task.remote(store, dict(lake.properties), lake.name, t, False, None) for t in ("d.ev", "d.ev", "d.kv", "d.kv")]
         ray.get(racing)
-    reports = fluss_ray.tier_on_ray(store, lake)
-    assert {str(r.table) for r in reports} == {"d.ev", "d.kv"}
+    reports = fluss_ray.tier_on_ray(store, lake, shards=2)  # each table as two tasks of half its buckets
+    assert sorted(str(r.table) for r in reports) == ["d.ev", "d.ev", "d.kv", "d.kv"]
     lake_ev = pl.from_arrow(lake.load("d.ev").scan().to_arrow())
     assert lake_ev.select("__bucket", "__offset").is_duplicated().sum() == 0
     assert sorted(lake_ev["v"].to_list()) == sorted(ev.to_polars()["v"].to_list())
@@ -305,3 +309,87 @@ def test_bad_input_is_refused_before_anything_runs(cluster, store):
         fluss_ray.read_table("d.orders", store=store, columns=["nope"])
     assert not ray.util.list_named_actors()
     assert conn.get_table("d.view").end_offsets() == {0: 0, 1: 0, 2: 0, 3: 0}
+
+
+def test_dagster_runs_the_demo_jobs_shards_and_tiering_on_the_cluster(cluster, s3_url, moto_endpoint, tmp_path):
+    """The demo's job and tiering assets with a RayCluster resource: shards as Ray tasks, still one asset each."""
+    import json
+
+    from assets.cluster import RayCluster
+    from assets.jobs import ORDERS_ENRICHED_SELECT, customer_spend, orders_enriched
+    from assets.lake import tier_lake
+    from assets.live import customers, orders, payments
+    from assets.resources import DemoScenario, LakeCatalog, LiveStore
+    from assets.tables import DEMO_TABLES
+
+    url, options = s3_url
+    bucket = url.split("/")[2]
+    lake_props = {"py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO", "s3.endpoint": moto_endpoint,
+                  "s3.access-key-id": "testing", "s3.secret-access-key": "testing", "s3.region": "us-east-1"}
+    resources = {
+        "live": LiveStore(url=url, storage_options=json.dumps(options), local_dir=str(tmp_path / "state")),
+        "lake": LakeCatalog(uri=f"sqlite:///{tmp_path / 'catalog.db'}", warehouse=f"s3://{bucket}/wh",
+                            properties=json.dumps(lake_props)),
+        "demo": DemoScenario(customers=60, new_customers_per_batch=3, orders_per_batch=50),
+        "ray": RayCluster(address=cluster.address, shards=SHARDS),
+    }
+    selection = [customers, orders, payments, orders_enriched, customer_spend, tier_lake]
+    for _ in range(2):
+        result = dg.materialize(selection, resources=resources)
+        assert result.success
+    materialized = result.asset_materializations_for_node("orders_enriched")
+    assert len(materialized) == 1 and materialized[0].metadata["ray_shards"].value == SHARDS
+    conn = resources["live"].connection()
+    o = conn.get_table(DEMO_TABLES["orders"].path).to_polars()
+    c = conn.get_table(DEMO_TABLES["customers"].path).to_polars()
+    joined = o.join(c, on="customer_id", how="left", suffix="_c")
+    columns = {out: src.split(".")[1] + ("_c" if src.startswith("c.") and src.split(".")[1] in o.columns else "")
+               for out, src in ORDERS_ENRICHED_SELECT.items()}
+    expected = joined.select([pl.col(src).alias(out) for out, src in columns.items()])
+    got = conn.get_table(DEMO_TABLES["orders_enriched"].path).to_polars().select(list(columns))
+    keys = ["customer_id", "order_id"]
+    assert got.sort(keys).to_dicts() == expected.sort(keys).to_dicts()
+    spend = conn.get_table(DEMO_TABLES["customer_spend"].path).to_polars()
+    paid = conn.get_table(DEMO_TABLES["payments"].path).to_polars()
+    assert int(spend["order_count"].sum()) == paid.height  # each payment counted once over both shards and runs
+    lake = resources["lake"].lake()
+    tiered = lake.load(DEMO_TABLES["payments"].path).scan().to_arrow().num_rows
+    assert tiered == paid.height
+
+
+def test_the_jobs_verb_runs_a_demo_job_in_shards_on_the_cluster_and_in_process(cluster, s3_url, tmp_path,
+                                                                               monkeypatch, capsys):
+    """``fluss-lake jobs run JOB``: once on Ray (tasks), continuously in this process, once again: each payment
+    counted exactly once; bad input exits 2 with a message and changes nothing."""
+    import json
+
+    from assets.jobs_cli import main
+    from assets.live import payments
+    from assets.resources import DemoScenario, LiveStore
+    from assets.tables import DEMO_TABLES
+
+    url, options = s3_url
+    monkeypatch.setenv("FLUSS_LAKE_URL", url)
+    monkeypatch.setenv("FLUSS_LAKE_STORAGE_OPTIONS", json.dumps(options))
+    resources = {"live": LiveStore(), "demo": DemoScenario(customers=40, new_customers_per_batch=2,
+                                                           orders_per_batch=40)}
+    assert dg.materialize([payments], resources=resources).success
+    home = str(tmp_path / "home")
+    assert main(["run", "customer_spend", "--home", home, "--once", "--shards", "2", "--ray", cluster.address]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["shard"] for line in lines] == ["0/2", "1/2"]
+    assert dg.materialize([payments], resources=resources).success
+    assert main(["run", "customer_spend", "--home", home, "--shards", "2", "--duration", "3",
+                 "--status-every", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "stopped" in json.loads(out[-1])
+    assert main(["run", "customer_spend", "--home", home, "--once", "--shards", "2"]) == 0
+    conn = LiveStore().connection()
+    paid = conn.get_table(DEMO_TABLES["payments"].path).to_polars()
+    spend = conn.get_table(DEMO_TABLES["customer_spend"].path).to_polars()
+    assert int(spend["order_count"].sum()) == paid.height
+    before = conn.get_table(DEMO_TABLES["customer_spend"].path).end_offsets()
+    capsys.readouterr()
+    assert main(["run", "customer_spend", "--home", home, "--once", "--shards", "0"]) == 2
+    assert "shards" in capsys.readouterr().err
+    assert conn.get_table(DEMO_TABLES["customer_spend"].path).end_offsets() == before
