@@ -313,7 +313,8 @@ class TieringService:
         return [self.connection.get_table(p) for p in self._fixed]
 
     def wait_until_caught_up(self, *, timeout_s: float = 60.0, poll_s: float = 0.05) -> bool:
-        """Wait until every table's lake holds its live log as of this call; False on timeout."""
+        """Wait until every table's lake holds its live log as of this call (a sharded service: the buckets its
+        shard owns); False on timeout."""
         timeout_s, poll_s = check_seconds("timeout_s", timeout_s), check_seconds("poll_s", poll_s)
         targets = {live.path: live_offsets(live) for live in self._tables()}
         deadline = time.monotonic() + timeout_s
@@ -322,6 +323,7 @@ class TieringService:
                 all(
                     self.lake.snapshot(p).start(k, now.ids.get(k[0])) >= o  # type: ignore[arg-type]
                     for k, o in now.end.items()
+                    if self.shard is None or self.shard.owns(*k)
                 )
                 for p, now in targets.items()
             ):

@@ -17,6 +17,9 @@ existing stores unreadable.
     kv/b00000/{segments,snapshots}/...           a primary-key bucket's published state
     _auto_increment/c00001/r0000...0007.json     a claimed range of an auto-increment column (column id 1)
 .jobs/<job name>/                                a job's checkpoints
+    shards-<count>/<index>/ckpt-<n>.json         a shard's checkpoints (docs/SHARDS.md)
+    shards-<count>/{write.lock,journal/}         its shards' result write lock and key journal (delta join)
+    layouts/<generation>.json                    the shard count of each reassignment
 ```
 
 Examples

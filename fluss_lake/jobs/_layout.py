@@ -194,7 +194,12 @@ def open_checkpoint(
                     f"job {name!r}: another process reassigned it to {claimed} shard(s) at the same time; run "
                     f"the shards of {claimed}, or stop them and change the count again"
                 )
+        # an old shard that committed between our read and the claim is fenced from now on: read them again
+        members = _members(connection, name, source_count, source_gen) if members else members
+        if members:
+            _check_source(name, source_count, source_gen, members)
     offsets, table_ids, partitions = _merge(name, shard, inputs, source_count, members)
+    fresh = all(m.number == 0 and "fresh" in m.layout for m in members.values())
     if not table_ids:
         table_ids = {alias: table.info.table_id for alias, table in inputs.items()}
     checkpoint = Checkpoint(
@@ -204,6 +209,7 @@ def open_checkpoint(
         table_ids,
         {},
         partitions,
-        {"generation": generation, "count": count},
+        # "fresh": nothing consumed yet (no old shard consumed anything); the job's first step drops it
+        {"generation": generation, "count": count, **({"fresh": 1} if fresh else {})},
     )
     return checkpoint, True

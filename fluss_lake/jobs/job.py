@@ -127,6 +127,7 @@ class Job:
         self._handles: dict[str, dict[str, Table]] = {}  # alias -> partition name -> handle (partitioned inputs)
         self.forgotten_partitions: dict[str, list[str]] = {}  # alias -> partitions dropped since the job saw them
         self._last_run: JobReport | None = None
+        self._constructed = False
         check_name("job", name)
         loaded, derived = open_checkpoint(connection, name, self.shard, self.inputs)
         if loaded is None:
@@ -145,6 +146,7 @@ class Job:
             # a shard's checkpoint exists from its start: the other shards read its offsets, and a new layout
             # is complete once each of its shards committed one
             self._save()
+        self._constructed = True
         self._budget: int | None = None  # steps the current run_once may still take
 
     def _begin_input(self, alias: str, start: StartFrom) -> None:
@@ -373,6 +375,8 @@ class Job:
                 "this instance stops here (run the shards of the new count)"
             )
         new = dataclasses.replace(current, number=current.number + 1)
+        if "fresh" in new.layout and self._constructed:  # a step ran: no longer a job that never ran
+            new = dataclasses.replace(new, layout={k: v for k, v in new.layout.items() if k != "fresh"})
         self.checkpoints.commit(new)
         self.checkpoint = new
 
@@ -404,6 +408,12 @@ class Job:
         if done.steps:
             self._last_run = done
         return done
+
+    @property
+    def never_ran(self) -> bool:
+        """Whether this job (shard) has consumed nothing yet: no checkpoint, or only the one a shard commits when it
+        is first constructed (``checkpoint.number < 0`` alone does not tell that for a shard)."""
+        return self.checkpoint.number < 0 or (self.checkpoint.number == 0 and "fresh" in self.checkpoint.layout)
 
     def _who(self) -> str:
         return "the job" if self.shard is None else f"shard {self.shard}"
@@ -454,8 +464,9 @@ class Job:
         return report
 
     def reset(self) -> None:
-        """Forget the checkpoints (the next job object starts from the beginning)."""
-        self.checkpoints.reset()
+        """Forget the checkpoints of the whole job, every shard's too (the next job objects start from the
+        beginning)."""
+        CheckpointStore(self.connection, self.name).reset()
 
     def __repr__(self) -> str:
         name = getattr(self, "name", None)  # a LookupJoin without a source is no job: no name, no inputs

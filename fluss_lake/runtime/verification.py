@@ -208,11 +208,24 @@ def verify_jobs(store: ObjectStore) -> IntegrityReport:
     checked = unverified = 0
     root = layout.jobs_root()
     for job in store.list(root):
-        prefix = layout.job_prefix(job)
-        keys = [f"{prefix}/{n}" for n in store.list(prefix) if n.startswith("ckpt-") and n.endswith(".json")]
-        keys += [f"{prefix}/attachments/{n}" for n in store.list(f"{prefix}/attachments")]
+        job_prefix = layout.job_prefix(job)
+        keys = [f"{job_prefix}/layouts/{n}" for n in store.list(f"{job_prefix}/layouts") if n.endswith(".json")]
+        prefixes = [job_prefix]  # the unsharded job, then each shard: .jobs/<name>/shards-<count>/<index>
+        for folder in store.list(job_prefix):
+            if folder.startswith("shards-"):
+                prefixes += [f"{job_prefix}/{folder}/{i}" for i in store.list(f"{job_prefix}/{folder}") if i.isdigit()]
+        for prefix in prefixes:
+            keys += [f"{prefix}/{n}" for n in store.list(prefix) if n.startswith("ckpt-") and n.endswith(".json")]
+            keys += [f"{prefix}/attachments/{n}" for n in store.list(f"{prefix}/attachments")]
         for key in keys:
-            found = _check_record(store, key, "job checkpoint" if key.endswith(".json") else "job attachment")
+            what = (
+                "job shard layout"
+                if "/layouts/" in key
+                else "job checkpoint"
+                if key.endswith(".json")
+                else "job attachment"
+            )
+            found = _check_record(store, key, what)
             if found is None:
                 continue
             checked += 1

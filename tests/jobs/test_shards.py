@@ -231,3 +231,64 @@ def test_join_of_sharded_delta_join_via_join_function(conn) -> None:
     job = join(t("d.view"), {"o": t("d.orders"), "c": t("d.customers")}, [Join("o", "c", ["cid"])], name="v2",
                shard=Shard(1, 2))
     assert isinstance(job, DeltaJoin) and job.shard == Shard(1, 2)
+
+
+def test_reset_forgets_every_shard_and_check_verifies_shard_checkpoints(conn) -> None:
+    from fluss_lake.runtime.verification import verify_jobs
+
+    _orders(conn, 0, 12)
+    jobs = [w.build(conn, "aggregation", s) for s in Shard.all(2)]
+    for job in jobs:
+        job.run_once()
+    report = verify_jobs(conn.store)
+    assert report.checked >= 2 + 2 + 1 and not report.damage  # two checkpoints per shard and the layout marker
+    key = ".jobs/spend/shards-2/1/" + conn.store.list(".jobs/spend/shards-2/1")[-1]
+    conn.store.put(key, conn.store.get(key)[:-3] + b"xx}")
+    assert [d.kind for d in verify_jobs(conn.store).damage] == ["job"]
+    jobs[0].reset()
+    assert conn.store.list(".jobs/spend") == []
+    for job in [w.build(conn, "aggregation", s) for s in Shard.all(2)]:
+        job.run_once()
+    assert conn.get_table("d.spend").to_polars()["n"].sum() == 24  # counted again from the start: reset
+
+
+def test_sharded_lookup_join_appends_every_record_once_with_a_replay(tmp_store) -> None:
+    from fluss_lake.jobs import LookupJoin
+
+    conn = fl.connect(tmp_store)
+    conn.create_database("d")
+    conn.create_table("d.users", schema={"uid": "INT", "name": "STRING"}, primary_key=["uid"])
+    conn.create_table("d.clicks", schema={"uid": "INT", "page": "INT"}, bucket_num=4, bucket_keys=["uid"])
+    conn.create_table("d.out", schema={"uid": "INT", "page": "INT", "name": "STRING"})
+    conn.get_table("d.users").upsert([{"uid": u, "name": f"u{u}"} for u in range(10)])
+    conn.get_table("d.clicks").append([{"uid": u % 10, "page": u} for u in range(40)])
+
+    def shard(s):
+        t = conn.get_table
+        return LookupJoin(t("d.users"), on=["uid"], source=t("d.clicks"), sink=t("d.out"), name="enrich", shard=s,
+                          batch_rows=7)
+
+    first = shard(Shard(0, 2))
+    w._crash_on(first, 2)  # the first step was announced and written; finishing it fails: it is replayed
+    with pytest.raises(w.SimulatedCrash):
+        first.run_once()
+    for s in Shard.all(2):
+        shard(s).run_once()
+    out = conn.get_table("d.out").to_polars().sort("page")
+    assert out["page"].to_list() == list(range(40))  # each record once
+    assert out["name"].to_list() == [f"u{p % 10}" for p in range(40)]
+    with pytest.raises(fl.InvalidConfigError, match="no source"):
+        LookupJoin(conn.get_table("d.users"), on=["uid"], shard=Shard(0, 2))
+
+
+def test_never_ran_tells_a_new_shard_from_one_that_consumed(conn) -> None:
+    assert w.build(conn, "aggregation", None).never_ran
+    first = w.build(conn, "aggregation", Shard(0, 2))
+    assert first.never_ran and first.checkpoint.number == 0  # committed at construction, consumed nothing
+    assert w.build(conn, "aggregation", Shard(0, 2)).never_ran  # the same, restarted
+    _orders(conn, 0, 12)
+    first.run_once()
+    assert not first.never_ran and not w.build(conn, "aggregation", Shard(0, 2)).never_ran
+    for job in [w.build(conn, "aggregation", s) for s in Shard.all(2)[1:]]:
+        assert job.never_ran
+    assert not any(job.never_ran for job in [w.build(conn, "aggregation", s) for s in Shard.all(3)])

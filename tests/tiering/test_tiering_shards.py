@@ -124,3 +124,20 @@ def test_tier_cli_shard_option(local, tmp_store, capsys) -> None:
     }
     assert _tier_cli(["--once", "--store", tmp_store, "--shard", "0/2"])[0] == 0
     assert lake_rows(lake, "d.ev").height == 20
+
+
+def test_a_sharded_service_waits_for_its_own_buckets_only(local) -> None:
+    from tiering import TieringService
+
+    conn, lake = local
+    conn.create_table("d.ev", schema={"k": "INT"}, bucket_num=4, bucket_keys=["k"],
+                      options={**LAKE_ON, "table.datalake.freshness": "1 s"})
+    conn.get_table("d.ev").append([{"k": k} for k in range(20)])
+    service = TieringService(conn, lake, shard=Shard(0, 2)).start()
+    try:
+        assert service.wait_until_caught_up(timeout_s=60)
+    finally:
+        service.stop()
+    ends = conn.get_table("d.ev").end_offsets()
+    assert dict(lake.snapshot("d.ev").offsets) == {(None, b): (o if b % 2 == 0 else 0) for b, o in ends.items()}
+    assert service.lag()[conn.get_table("d.ev").path].total_offsets == sum(o for b, o in ends.items() if b % 2)
