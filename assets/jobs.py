@@ -203,7 +203,7 @@ def _run(
     if (
         jobs is not None
         and not reset
-        and all(job.checkpoint.number < 0 for job in jobs)
+        and all(job.never_ran for job in jobs)
         and table_has_rows(_table(connection, result))
     ):
         reset = True  # rows written before this job existed (e.g. by an earlier feed): rebuild, never add twice
@@ -214,8 +214,7 @@ def _run(
             CheckpointStore(connection, _job_name(result)).reset()
             connection.drop_table(DEMO_TABLES[result].path, ignore_if_not_exists=True)
         else:
-            for job in jobs:
-                job.reset()
+            jobs[0].reset()  # a shard's reset forgets every shard of the job (and an unsharded job's checkpoints)
             connection.drop_table(DEMO_TABLES[result].path, ignore_if_not_exists=True)
         jobs = build()
     assert jobs is not None  # None only when building failed with reset, and the reset branch built them again
