@@ -1,10 +1,11 @@
 """Ray Data readers: a live table (one read task per bucket) and its lake table (Ray's Iceberg reader).
 
 :func:`read_table` gives a primary-key table's current rows (each bucket's state as one block) or a log table's
-rows, or, with ``changelog=True``, the change records between offsets (system columns ``_change_type``,
-``_log_offset``, ``_commit_timestamp`` first). The offsets where the read ends are fixed when the dataset is
-planned, so every read task of a changelog reads the same cut of the log. :func:`read_lake` reads what tiering
-committed, through ``ray.data.read_iceberg`` and the lake's pyiceberg catalog.
+rows, or, with ``changelog=True``, the change records between offsets (the system columns of
+``Table.scan_log`` first: ``_bucket``, ``_offset``, ``_change_type``, ``_commit_timestamp``). The offsets where
+the read ends are fixed when the dataset is planned, so every read task of a changelog reads the same cut of
+the log. :func:`read_lake` reads what tiering committed, through ``ray.data.read_iceberg`` and the lake's
+pyiceberg catalog.
 """
 
 from __future__ import annotations
@@ -183,23 +184,23 @@ def read_lake(
     *,
     history: bool = False,
     snapshot_id: int | None = None,
-    selected_fields: Sequence[str] = ("*",),
+    columns: Sequence[str] | None = None,
     **read_options: Any,
 ) -> ray.data.Dataset:
     """The lake table of a live table (its history table with `history`) through ``ray.data.read_iceberg``.
 
     The workers load the lake's pyiceberg catalog from its properties (reachable from every node). Other
-    keywords go to ``read_iceberg`` (``row_filter``, ``override_num_blocks``...).
+    keywords go to ``read_iceberg`` (``row_filter``, ``override_num_blocks``...); `columns` selects columns.
     """
     namespace, name = lake.identifier(path, "history" if history else "log")
     if lake.load(path, "history" if history else "log") is None:
         from fluss_lake.exceptions import TableNotExistError
 
         raise TableNotExistError(f"the lake has no table {namespace}.{name}; tier it first (tier_once or tier_on_ray)")
-    return ray.data.read_iceberg(
+    dataset = ray.data.read_iceberg(
         table_identifier=f"{namespace}.{name}",
         catalog_kwargs={"name": lake.name, **lake.properties},
         snapshot_id=snapshot_id,
-        selected_fields=tuple(selected_fields),
         **read_options,
     )
+    return dataset.select_columns(list(columns)) if columns is not None else dataset
