@@ -36,6 +36,7 @@ from tiering import Lake, tier_table
 from tiering.lake_snapshot import LakeSnapshot
 
 pytestmark = [
+    pytest.mark.xdist_group("ray_cluster"),  # one worker starts the cluster once (CI: pytest -n 2 --dist loadgroup)
     pytest.mark.s3,
     pytest.mark.slow,
     # Ray Data's own DataContext warns about its deprecated options (each one) whenever it is copied to the workers
