@@ -15,6 +15,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.checks import JOB_CHECKS, LIVE_CHECKS
+from assets.cluster import RayCluster
 from assets.integrity import INTEGRITY_CHECKS
 from assets.jobs import JOB_ASSETS
 from assets.lake import (
@@ -33,8 +34,9 @@ __all__ = ["default_resources", "defs"]
 
 
 def default_resources() -> dict[str, dg.ConfigurableResource]:
-    """The embedded default: everything under ``$FLUSS_LAKE_HOME`` (or ``./.fluss-lake``), see ``assets.resources``."""
-    return {"live": LiveStore(), "lake": LakeCatalog(), "demo": DemoScenario()}
+    """The embedded default: everything under ``$FLUSS_LAKE_HOME`` (or ``./.fluss-lake``), see ``assets.resources``;
+    no Ray cluster unless ``$FLUSS_LAKE_RAY_ADDRESS`` names one (``assets.cluster``)."""
+    return {"live": LiveStore(), "lake": LakeCatalog(), "demo": DemoScenario(), "ray": RayCluster()}
 
 
 defs = dg.Definitions(

@@ -30,11 +30,12 @@ import polars as pl
 from pydantic import Field
 
 import fluss_lake as fl
+from assets.cluster import RayCluster
 from assets.live import live_metadata, open_table
 from assets.resources import LiveStore
 from assets.tables import DEMO_TABLES
 from fluss_lake.exceptions import JobStateError
-from fluss_lake.jobs import Aggregation, DeltaJoin, Job, JobReport, Join, LookupJoin
+from fluss_lake.jobs import Aggregation, DeltaJoin, Job, JobReport, Join, LookupJoin, Shard
 
 __all__ = [
     "JOB_ASSETS",
@@ -69,12 +70,6 @@ def _table(connection: fl.Connection, name: str) -> fl.Table:
     return open_table(connection, DEMO_TABLES[name])
 
 
-def _reset(connection: fl.Connection, job: Job, result: str) -> None:
-    """Drop the job's checkpoints and its result table (created again empty by the next open)."""
-    job.reset()
-    connection.drop_table(DEMO_TABLES[result].path, ignore_if_not_exists=True)
-
-
 #: The projection of orders (``o``) LEFT JOIN customers (``c``) into ``orders_enriched``.
 ORDERS_ENRICHED_SELECT = {
     "customer_id": "o.customer_id",
@@ -91,14 +86,15 @@ ORDERS_ENRICHED_SELECT = {
 ORDERS_ENRICHED_JOINS = [Join("o", "c", ["customer_id"], how="left")]
 
 
-def orders_enriched_job(connection: fl.Connection) -> DeltaJoin:
-    """The delta join orders LEFT JOIN customers into ``orders_enriched``."""
+def orders_enriched_job(connection: fl.Connection, shard: Shard | None = None) -> DeltaJoin:
+    """The delta join orders LEFT JOIN customers into ``orders_enriched`` (one `shard` of it if given)."""
     return DeltaJoin(
         _table(connection, "orders_enriched"),
         {"o": _table(connection, "orders"), "c": _table(connection, "customers")},
         ORDERS_ENRICHED_JOINS,
         select=ORDERS_ENRICHED_SELECT,
         name=_job_name("orders_enriched"),
+        shard=shard,
     )
 
 
@@ -145,7 +141,7 @@ class _ScoredLookupJoin(LookupJoin):
         return fraud_signals(super().enrich(frame))
 
 
-def fraud_risk_job(connection: fl.Connection) -> LookupJoin:
+def fraud_risk_job(connection: fl.Connection, shard: Shard | None = None) -> LookupJoin:
     """The lookup join payments -> current ``customer_360`` row -> ``fraud_risk`` (appended exactly once)."""
     return _ScoredLookupJoin(
         _table(connection, "customer_360"),
@@ -154,10 +150,11 @@ def fraud_risk_job(connection: fl.Connection) -> LookupJoin:
         source=_table(connection, "payments"),
         sink=_table(connection, "fraud_risk"),
         name=_job_name("fraud_risk"),
+        shard=shard,
     )
 
 
-def customer_spend_job(connection: fl.Connection) -> Aggregation:
+def customer_spend_job(connection: fl.Connection, shard: Shard | None = None) -> Aggregation:
     """The aggregation push-down payments -> ``customer_spend`` (totals in the table, offsets in the store)."""
     return Aggregation(
         _table(connection, "payments"),
@@ -171,6 +168,7 @@ def customer_spend_job(connection: fl.Connection) -> Aggregation:
             "last_order_at": ("max", "paid_at"),
         },
         name=_job_name("customer_spend"),
+        shard=shard,
     )
 
 
@@ -178,31 +176,58 @@ _J = TypeVar("_J", bound=Job)
 
 
 def _run(
-    connection: fl.Connection, make: Callable[[fl.Connection], _J], result: str, config: JobConfig
+    live: LiveStore, make: Callable[..., _J], result: str, config: JobConfig, cluster: RayCluster
 ) -> tuple[_J, JobReport, bool]:
-    """Build the job (resetting it first if asked), run it once, return the job, its report and whether it reset."""
+    """Build the job (resetting it first if asked), run it once, return the job, its report and whether it reset.
+
+    On a Ray cluster (`cluster` has an address) the run is one Ray task per shard (``cluster.shards``), each
+    building its shard from its own connection; the job returned is shard 0, built again here after the run.
+    """
+    connection = live.connection()
+    shards = cluster.shards if cluster.enabled else 1
+
+    def build() -> list[_J]:
+        if shards == 1:
+            return [make(connection)]
+        return [make(connection, shard) for shard in Shard.all(shards)]
+
     reset = config.reset
-    job: _J | None
+    jobs: list[_J] | None
     try:
-        job = make(connection)
+        jobs = build()
     except JobStateError as exc:
         if not reset:
             exc.add_note("materialize this asset with run config {reset: true} to rebuild it from the inputs")
             raise
-        job = None
-    if job is not None and not reset and job.checkpoint.number < 0 and table_has_rows(_table(connection, result)):
+        jobs = None
+    if (
+        jobs is not None
+        and not reset
+        and all(job.never_ran for job in jobs)
+        and table_has_rows(_table(connection, result))
+    ):
         reset = True  # rows written before this job existed (e.g. by an earlier feed): rebuild, never add twice
     if reset:
-        if job is None:  # the checkpoint names inputs that were re-created: the job cannot be built to reset it
+        if jobs is None:  # the checkpoint names inputs that were re-created: the job cannot be built to reset it
             from fluss_lake.jobs.checkpoint import CheckpointStore
 
             CheckpointStore(connection, _job_name(result)).reset()
             connection.drop_table(DEMO_TABLES[result].path, ignore_if_not_exists=True)
         else:
-            _reset(connection, job, result)
-        job = make(connection)
-    assert job is not None  # None only when building failed with reset, and the reset branch built it again
-    return job, job.run_once(), reset
+            jobs[0].reset()  # a shard's reset forgets every shard of the job (and an unsharded job's checkpoints)
+            connection.drop_table(DEMO_TABLES[result].path, ignore_if_not_exists=True)
+        jobs = build()
+    assert jobs is not None  # None only when building failed with reset, and the reset branch built them again
+    if not cluster.enabled:
+        return jobs[0], jobs[0].run_once(), reset
+    import fluss_ray
+
+    store = fluss_ray.Store(live.resolved_url(), live.resolved_storage_options())
+    reports = fluss_ray.run_job_once(make, store=store, shards=shards)
+    report = reports[0]
+    for other in reports[1:]:
+        report = report.combine(other)
+    return build()[0], report, reset
 
 
 def _job_name(result: str) -> str:
@@ -216,9 +241,10 @@ def table_has_rows(table: fl.Table) -> bool:
     return any(o > 0 for o in table.end_offsets().values())
 
 
-def _job_metadata(job: Job, report: JobReport, reset: bool) -> dict[str, Any]:
+def _job_metadata(job: Job, report: JobReport, reset: bool, cluster: RayCluster) -> dict[str, Any]:
     return {
         "job": job.name,
+        "ray_shards": cluster.shards if cluster.enabled else 0,  # 0: ran in the asset's process
         "steps": report.steps,
         "records_read": report.records_read,
         "rows_upserted": report.rows_upserted,
@@ -247,31 +273,28 @@ def _asset(name: str, deps: list[str]) -> Any:
 
 
 @_asset("orders_enriched", deps=["orders", "customers"])
-def orders_enriched(config: JobConfig, live: LiveStore) -> dg.MaterializeResult:
+def orders_enriched(config: JobConfig, live: LiveStore, ray: RayCluster) -> dg.MaterializeResult:
     """Run the delta join once: every orders/customers change since its checkpoint, probed against the other side."""
-    connection = live.connection()
-    job, report, reset = _run(connection, orders_enriched_job, "orders_enriched", config)
+    job, report, reset = _run(live, orders_enriched_job, "orders_enriched", config, ray)
     explanation = job.explain()
-    meta = _job_metadata(job, report, reset)
+    meta = _job_metadata(job, report, reset, ray)
     meta["strategy"] = "; ".join([explanation.strategy, *explanation.probes])
     return dg.MaterializeResult(metadata=live_metadata(job.result, None, None, meta))
 
 
 @_asset("fraud_risk", deps=["payments", "customer_360"])
-def fraud_risk(config: JobConfig, live: LiveStore) -> dg.MaterializeResult:
+def fraud_risk(config: JobConfig, live: LiveStore, ray: RayCluster) -> dg.MaterializeResult:
     """Run the lookup join once: new payments enriched with their customer's current row, scored, appended."""
-    connection = live.connection()
-    job, report, reset = _run(connection, fraud_risk_job, "fraud_risk", config)
+    job, report, reset = _run(live, fraud_risk_job, "fraud_risk", config, ray)
     assert job.sink is not None  # fraud_risk_job always appends into the fraud_risk table
-    return dg.MaterializeResult(metadata=live_metadata(job.sink, None, None, _job_metadata(job, report, reset)))
+    return dg.MaterializeResult(metadata=live_metadata(job.sink, None, None, _job_metadata(job, report, reset, ray)))
 
 
 @_asset("customer_spend", deps=["payments"])
-def customer_spend(config: JobConfig, live: LiveStore) -> dg.MaterializeResult:
+def customer_spend(config: JobConfig, live: LiveStore, ray: RayCluster) -> dg.MaterializeResult:
     """Run the aggregation once: one partial aggregate per customer of the new payments, summed by the table."""
-    connection = live.connection()
-    job, report, reset = _run(connection, customer_spend_job, "customer_spend", config)
-    return dg.MaterializeResult(metadata=live_metadata(job.result, None, None, _job_metadata(job, report, reset)))
+    job, report, reset = _run(live, customer_spend_job, "customer_spend", config, ray)
+    return dg.MaterializeResult(metadata=live_metadata(job.result, None, None, _job_metadata(job, report, reset, ray)))
 
 
 JOB_ASSETS = [orders_enriched, fraud_risk, customer_spend]

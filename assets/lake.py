@@ -24,6 +24,7 @@ import polars as pl
 
 import tiering
 from assets.checks import duplicate_keys
+from assets.cluster import RayCluster
 from assets.live import open_table
 from assets.partitions import add_training_days, days_of
 from assets.resources import LakeCatalog, LiveStore
@@ -143,13 +144,23 @@ def _count(frame: pl.LazyFrame) -> int:
     description="One tiering round (tiering.tier_once) over the selected tables: the live log since the "
     "lake's offsets, committed with the new offsets in one Iceberg snapshot (exactly once)",
 )
-def tier_lake(context: dg.AssetExecutionContext, live: LiveStore, lake: LakeCatalog) -> Any:
-    """Tier the selected demo tables once and report each lake table's snapshot, rows and offsets."""
+def tier_lake(context: dg.AssetExecutionContext, live: LiveStore, lake: LakeCatalog, ray: RayCluster) -> Any:
+    """Tier the selected demo tables once and report each lake table's snapshot, rows and offsets.
+
+    On a Ray cluster (`ray` has an address) each table's round is one Ray task (``fluss_ray.tier_on_ray``).
+    """
     selected = sorted({_table_of(key)[0] for key in context.selected_asset_keys})
     connection, lk = live.connection(), lake.lake()
     for name in selected:
         open_table(connection, DEMO_TABLES[name])  # exists and is lake-enabled (older demo stores get altered)
-    reports = tiering.tier_once(connection, lk, tables=[DEMO_TABLES[name].path for name in selected])
+    paths = [DEMO_TABLES[name].path for name in selected]
+    if ray.enabled:
+        import fluss_ray
+
+        store = fluss_ray.Store(live.resolved_url(), live.resolved_storage_options())
+        reports = fluss_ray.tier_on_ray(store, lk, tables=paths)
+    else:
+        reports = tiering.tier_once(connection, lk, tables=paths)
     for report in reports:
         name = report.table.table
         spec = DEMO_TABLES[name]

@@ -21,7 +21,8 @@ _DESCRIPTION = (
     "with the Customer 360 demo; 'materialize' runs the demo pipeline without the UI (--days N writes N days); "
     "'backfill' builds the training set of a range of days; 'tier' copies lake-enabled tables into Iceberg, once "
     "or continuously; 'check' verifies (and repairs) a store's objects; 'dagster' runs any dagster command with the "
-    "home's instance. 'fluss-lake VERB --help' says more."
+    "home's instance; 'jobs run' runs a demo job in shards, here or on a Ray cluster (--ray). 'fluss-lake VERB "
+    "--help' says more."
 )
 
 

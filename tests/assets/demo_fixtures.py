@@ -30,14 +30,16 @@ def home(tmp_path, monkeypatch) -> Any:
 @pytest.fixture
 def local_resources(home) -> dict[str, Any]:
     """The code location's resources on the embedded default (under `home`), with a small scenario."""
+    from assets.cluster import RayCluster
     from assets.resources import DemoScenario, LakeCatalog, LiveStore
 
-    return {"live": LiveStore(), "lake": LakeCatalog(), "demo": DemoScenario(**SMALL)}
+    return {"live": LiveStore(), "lake": LakeCatalog(), "demo": DemoScenario(**SMALL), "ray": RayCluster()}
 
 
 @pytest.fixture
 def s3_resources(s3_url, tmp_path) -> dict[str, Any]:
     """Resources whose live store is a fresh moto S3 bucket."""
+    from assets.cluster import RayCluster
     from assets.resources import DemoScenario, LakeCatalog, LiveStore
 
     url, options = s3_url
@@ -50,7 +52,7 @@ def s3_resources(s3_url, tmp_path) -> dict[str, Any]:
     lake = LakeCatalog(uri=f"sqlite:///{tmp_path / 'lake-catalog.db'}", warehouse=f"s3://{bucket}/warehouse",
                        properties=json.dumps(properties))
     return {"live": LiveStore(url=url, storage_options=json.dumps(options)), "lake": lake,
-            "demo": DemoScenario(**SMALL)}
+            "demo": DemoScenario(**SMALL), "ray": RayCluster()}
 
 
 def table_states(connection: Any) -> dict[str, Any]:

@@ -77,7 +77,7 @@ def test_checks_jobs_schedules_sensor_and_resources_are_registered():
         assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED and schedule.job_name == job_name
     sensor = repo.get_sensor_def("tiering_lag_sensor")
     assert sensor.job_name == "tiering" and sensor.default_status == dg.DefaultSensorStatus.STOPPED
-    assert set(defs.resources) == {"live", "lake", "demo"}
+    assert set(defs.resources) == {"live", "lake", "demo", "ray"}
 
 
 def _middle_truncation(text: str, max_length: int) -> str:
@@ -147,7 +147,7 @@ def test_fluss_lake_cli_finds_ui_through_the_entry_point_group(tmp_path):
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), str(tmp_path)])}
     for verb, expected in (("ui", "--port"), ("materialize", "--days"), ("backfill", "--from"),
-                           ("dagster", "DAGSTER_HOME")):
+                           ("dagster", "DAGSTER_HOME"), ("jobs", "--ray")):
         out = subprocess.run([sys.executable, "-m", "fluss_lake.cli", verb, "--help"], env=env, cwd=tmp_path,
                              check=False, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr

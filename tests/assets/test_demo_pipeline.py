@@ -19,6 +19,7 @@ from demo_fixtures import SMALL, home, local_resources, s3_resources  # noqa: F4
 import tiering
 from assets import generators as gen
 from assets.checks import JOB_CHECKS, LIVE_CHECKS
+from assets.cluster import RayCluster
 from assets.jobs import (
     JOB_ASSETS,
     JobConfig,
@@ -88,9 +89,9 @@ def test_job_assets_called_directly_compute_the_join_the_enrichment_and_the_spen
     live = local_resources["live"]
     for batch in (0, 1):
         _write_sources(local_resources, batch)
-        joined = orders_enriched(config=JobConfig(), live=live)
-        scored = fraud_risk(config=JobConfig(), live=live)
-        spent = customer_spend(config=JobConfig(), live=live)
+        joined = orders_enriched(config=JobConfig(), live=live, ray=RayCluster())
+        scored = fraud_risk(config=JobConfig(), live=live, ray=RayCluster())
+        spent = customer_spend(config=JobConfig(), live=live, ray=RayCluster())
     assert joined.metadata["strategy"].startswith("delta") and joined.metadata["steps"] == 1
     assert _table(local_resources, "orders_enriched").to_polars().sort("customer_id", "order_id").equals(
         _expected_enriched(local_resources))
@@ -107,7 +108,7 @@ def test_job_assets_called_directly_compute_the_join_the_enrichment_and_the_spen
     assert means[1] > means[0]
 
     # nothing new: every job runs no step and the results stay as they are (no double count)
-    again = [asset(config=JobConfig(), live=live) for asset in (orders_enriched, fraud_risk, customer_spend)]
+    again = [asset(config=JobConfig(), live=live, ray=RayCluster()) for asset in (orders_enriched, fraud_risk, customer_spend)]
     assert [r.metadata["steps"] for r in again] == [0, 0, 0]
     _assert_spend_exact(local_resources)
     assert _table(local_resources, "fraud_risk").scan_log().height == risk.height
@@ -123,7 +124,7 @@ def test_the_interim_feed_gap_is_closed_offsets_live_in_the_store(local_resource
     spend = open_table(connection, DEMO_TABLES["customer_spend"])
     spend.upsert([{"customer_id": 1, "total_spend": 1e6, "order_count": 99}],
                  target_columns=["customer_id", "total_spend", "order_count"])
-    first = customer_spend(config=JobConfig(), live=live)
+    first = customer_spend(config=JobConfig(), live=live, ray=RayCluster())
     assert first.metadata["reset"] is True
     _assert_spend_exact(local_resources)
     # Dagster's records play no part: a new resource (a new process, a fresh instance) resumes from the store
@@ -131,7 +132,7 @@ def test_the_interim_feed_gap_is_closed_offsets_live_in_the_store(local_resource
 
     fresh = LiveStore(url=live.resolved_url())
     _write_sources(local_resources, 1)
-    second = customer_spend(config=JobConfig(), live=fresh)
+    second = customer_spend(config=JobConfig(), live=fresh, ray=RayCluster())
     assert second.metadata["reset"] is False and second.metadata["records_read"] == SMALL["orders_per_batch"]
     _assert_spend_exact(local_resources)
 
@@ -139,7 +140,7 @@ def test_the_interim_feed_gap_is_closed_offsets_live_in_the_store(local_resource
 def test_a_recreated_input_is_a_clear_error_until_reset_and_changes_nothing(local_resources):
     live = local_resources["live"]
     _write_sources(local_resources, 0)
-    orders_enriched(config=JobConfig(), live=live)
+    orders_enriched(config=JobConfig(), live=live, ray=RayCluster())
     connection = live.connection()
     rows = _table(local_resources, "customers").to_polars()
     connection.drop_table(DEMO_TABLES["customers"].path)
@@ -148,10 +149,10 @@ def test_a_recreated_input_is_a_clear_error_until_reset_and_changes_nothing(loca
     open_table(connection, DEMO_TABLES["customers"]).upsert(rows.head(10))
     before = _table(local_resources, "orders_enriched").to_polars()
     with pytest.raises(JobStateError, match="re-created") as info:
-        orders_enriched(config=JobConfig(), live=live)
+        orders_enriched(config=JobConfig(), live=live, ray=RayCluster())
     assert any("reset: true" in note for note in info.value.__notes__)
     assert _table(local_resources, "orders_enriched").to_polars().equals(before)
-    result = orders_enriched(config=JobConfig(reset=True), live=live)
+    result = orders_enriched(config=JobConfig(reset=True), live=live, ray=RayCluster())
     assert result.metadata["reset"] is True
     assert _table(local_resources, "orders_enriched").to_polars().sort("customer_id", "order_id").equals(
         _expected_enriched(local_resources))
