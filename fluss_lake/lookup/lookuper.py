@@ -215,7 +215,7 @@ class Lookuper:
         """
         runtime = self.runtime
         frame = _key_frame(runtime.schema, keys, runtime.schema.primary_key)
-        if frame.height == 1 and not with_offsets and not self.insert_if_not_exists:
+        if frame.height == 1 and not with_offsets and not self.insert_if_not_exists and self._flat():
             return self._one(frame, with_found)  # a request per key (a served feature): the point path
         inserter = KeyInserter(runtime) if self.insert_if_not_exists else None
         if self._partitioned:
@@ -225,6 +225,10 @@ class Lookuper:
         if inserter is not None and inserter.inserted:
             maybe_maintain(runtime)
         return out
+
+    def _flat(self) -> bool:
+        """Whether every column is flat (a nested value does not survive building a frame from Python rows)."""
+        return not any(dtype.is_nested() for dtype in self.runtime.schema.polars_schema.values())
 
     def _one(self, frame: pl.DataFrame, with_found: bool) -> pl.DataFrame:
         """One validated key through :meth:`_lookup_one`, as the one-row frame the batched path gives."""
