@@ -65,13 +65,17 @@ JOB_BATCH_ROWS = inspect.signature(StatefulJoin).parameters["batch_rows"].defaul
 
 
 def _setup(path: str, rows: int, seed: int = 7) -> None:
+    """Create and fill the inputs in a store at `path` (see :func:`fill_inputs`)."""
+    fill_inputs(fl.connect(path), rows, seed)
+
+
+def fill_inputs(conn: fl.Connection, rows: int, seed: int = 7, bucket_num: int = 4) -> None:
     """Create and fill the inputs (customers 0..rows-1 with a tenth missing; orders on random customers)."""
-    conn = fl.connect(path)
     conn.create_database("bench")
     conn.create_table("bench.orders", schema={"cid": "BIGINT", "oid": "BIGINT", "amount": "DOUBLE", "note": "STRING"},
-                      primary_key=["cid", "oid"], bucket_keys=["cid"], bucket_num=4)
+                      primary_key=["cid", "oid"], bucket_keys=["cid"], bucket_num=bucket_num)
     conn.create_table("bench.customers", schema={"cid": "BIGINT", "name": "STRING", "tier": "INT"},
-                      primary_key=["cid"], bucket_num=4)
+                      primary_key=["cid"], bucket_num=bucket_num)
     rng = np.random.default_rng(seed)
     orders, customers = conn.get_table("bench.orders"), conn.get_table("bench.customers")
     for start in range(0, rows, WRITE_ROWS):

@@ -60,25 +60,10 @@ def _connect(store: dict[str, Any]) -> fl.Connection:
 
 
 def _setup(store: dict[str, Any], rows: int, seed: int = 7) -> None:
-    """Create and fill the inputs (as bench.delta_join: customers 0..rows-1 with a tenth missing)."""
-    conn = _connect(store)
-    conn.create_database("bench")
-    conn.create_table("bench.orders", schema={"cid": "BIGINT", "oid": "BIGINT", "amount": "DOUBLE", "note": "STRING"},
-                      primary_key=["cid", "oid"], bucket_keys=["cid"], bucket_num=BUCKETS)
-    conn.create_table("bench.customers", schema={"cid": "BIGINT", "name": "STRING", "tier": "INT"},
-                      primary_key=["cid"], bucket_num=BUCKETS)
-    rng = np.random.default_rng(seed)
-    orders, customers = conn.get_table("bench.orders"), conn.get_table("bench.customers")
-    for start in range(0, rows, WRITE_ROWS):
-        n = min(WRITE_ROWS, rows - start)
-        idx = np.arange(start, start + n)
-        orders.upsert(pl.DataFrame({"cid": rng.integers(0, rows, n), "oid": idx, "amount": rng.random(n),
-                                    "note": pl.Series(idx % 1000).cast(pl.String)}))
-        keep = idx[idx % 10 != 0]
-        customers.upsert(pl.DataFrame({"cid": keep, "name": pl.Series(keep).cast(pl.String),
-                                       "tier": (keep % 5).astype(np.int32)}))
-    orders.snapshot()
-    customers.snapshot()
+    """Create and fill the inputs exactly as bench.delta_join does, in the store (local folder or S3)."""
+    from bench.delta_join import fill_inputs
+
+    fill_inputs(_connect(store), rows, seed, BUCKETS)
 
 
 def _job(conn: fl.Connection, result: str, shard: Any) -> Any:

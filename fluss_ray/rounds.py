@@ -19,7 +19,7 @@ from fluss_lake.jobs import Shard
 from fluss_lake.metadata.table_path import TablePath
 from fluss_ray.store import Store
 from tiering import Lake, TableTieringReport, tier_table
-from tiering.service import lake_tables
+from tiering.service import lake_tables, raise_first
 
 __all__ = ["tier_on_ray", "tier_table_task"]
 
@@ -97,9 +97,5 @@ def tier_on_ray(
             if not isinstance(cause, FlussLakeError):
                 raise
             errors.append(cause)
-    if errors:
-        first = errors[0]
-        for other in errors[1:]:
-            first.add_note(f"also failed: {other}")
-        raise first
+    raise_first(errors)
     return reports

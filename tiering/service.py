@@ -143,12 +143,17 @@ def tier_once(
         reports.append(report)
         if on_report is not None:
             on_report(report)
+    raise_first(errors)
+    return reports
+
+
+def raise_first(errors: Sequence[BaseException]) -> None:
+    """Raise the first of several tables' errors (if any), the others named in its notes."""
     if errors:
         first = errors[0]
         for other in errors[1:]:
             first.add_note(f"also failed: {other}")
         raise first
-    return reports
 
 
 def table_lag(live: Table, lake: Lake, *, now_ms: int | None = None) -> TableLag:

@@ -11,8 +11,6 @@ import pytest
 
 import fluss_lake as fl
 from fluss_lake.exceptions import InvalidConfigError, TableNotExistError
-from fluss_lake.log import log_batch as log_batch_module
-from fluss_lake.log import log_tablet as log_tablet_module
 from tiering import Lake, register_duckdb, tier_once, union_read
 from tiering.lazy_reads import scan_lake, scan_union
 
@@ -30,23 +28,8 @@ def _lake(kind: str, conn: fl.Connection, request: pytest.FixtureRequest, tmp_pa
                  "s3.region": "us-east-1"})
 
 
-class Decodes:
-    """Columns asked of each decoded live log batch."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls: list[Any] = []
-        original = log_batch_module.decode_batch
-
-        def counting(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(args[1] if len(args) > 1 else kwargs.get("columns"))
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(log_batch_module, "decode_batch", counting)
-        monkeypatch.setattr(log_tablet_module, "decode_batch", counting)
-
-
 @pytest.mark.parametrize("where", ["local", "s3"])
-def test_views_join_live_and_lake_tables_and_follow_every_write(tmp_path, request, monkeypatch, where):
+def test_views_join_live_and_lake_tables_and_follow_every_write(tmp_path, request, decodes, where):
     conn = fl.connect(str(tmp_path / "live"))
     conn.create_database("shop")
     conn.create_table("shop.orders", schema={"id": "INT", "user_id": "INT", "amount": "DOUBLE"}, bucket_num=2,
@@ -63,7 +46,7 @@ def test_views_join_live_and_lake_tables_and_follow_every_write(tmp_path, reques
     users.upsert([{"user_id": 1, "name": "renamed"}])
     clicks.append([{"user_id": 1, "page": "home"}, {"user_id": 2, "page": "cart"}])
 
-    decodes = Decodes(monkeypatch)
+    decodes.calls.clear()  # count from here
     con = duckdb.connect()
     views = register_duckdb(con, lake, conn, live=True)
     assert sorted(views) == ["shop.clicks", "shop.clicks$changelog", "shop.orders", "shop.orders$changelog",
@@ -125,7 +108,7 @@ def test_registration_reads_nothing_and_lake_tables_plan_per_query(tmp_path, mon
     assert len(planned) == 2
 
 
-def test_lake_only_and_never_tiered_registrations(tmp_path, monkeypatch):
+def test_lake_only_and_never_tiered_registrations(tmp_path, decodes):
     conn = fl.connect(str(tmp_path / "live"))
     conn.create_database("d")
     conn.create_table("d.ev", schema={"v": "INT", "s": "STRING"}, options={"table.statistics.columns": "v"})
@@ -136,7 +119,7 @@ def test_lake_only_and_never_tiered_registrations(tmp_path, monkeypatch):
     con = duckdb.connect()
     assert register_duckdb(con, lake, conn, live=True) == ["d.ev", "d.ev$changelog"]
     assert not (tmp_path / "lake").exists()  # still no empty catalog
-    decodes = Decodes(monkeypatch)
+    decodes.calls.clear()  # count from here
     assert con.sql("select s from d.ev where v = 21").fetchall() == [("s2",)]
     assert decodes.calls == [["v", "s"]]  # DuckDB's filter reached the batch statistics: 3 of 4 batches unread
     assert con.sql('select count(*) from d."ev$changelog" where _change_type = \'insert\'').fetchall() == [(40,)]

@@ -13,32 +13,10 @@ from polars.testing import assert_frame_equal
 
 import fluss_lake as fl
 from fluss_lake.exceptions import InvalidConfigError
-from fluss_lake.log import log_batch as log_batch_module
-from fluss_lake.log import log_tablet as log_tablet_module
 from fluss_lake.scan import necessary_conditions
 
 SCHEMA = {"id": "INT", "price": "DOUBLE", "name": "STRING", "day": "DATE", "flag": "BOOLEAN", "nostat": "BIGINT"}
 N_BATCHES = 6
-
-
-class Decodes:
-    """Counts decoded log batches and the columns asked of each (wrapping decode_batch where the tablet calls it)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.calls: list[Any] = []
-        original = log_batch_module.decode_batch
-
-        def counting(*args: Any, **kwargs: Any) -> Any:
-            self.calls.append(args[1] if len(args) > 1 else kwargs.get("columns"))
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(log_batch_module, "decode_batch", counting)
-        monkeypatch.setattr(log_tablet_module, "decode_batch", counting)
-
-
-@pytest.fixture
-def decodes(monkeypatch: pytest.MonkeyPatch) -> Decodes:
-    return Decodes(monkeypatch)
 
 
 def batch(j: int) -> pl.DataFrame:
