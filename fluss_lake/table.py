@@ -67,6 +67,7 @@ class Table:
         self._runtime = runtime
         self._partition = partition
         self._children: dict[str, Table] = {}
+        self._lookuper: Lookuper | None = None  # reused by lookup(): its per-table point plan is computed once
 
     def refresh(self) -> Table:
         """Re-read the table metadata from the store (another process may have altered it)."""
@@ -501,7 +502,26 @@ class Table:
     def lookup(self, keys: Any, *, with_found: bool = False, with_offsets: bool = False) -> pl.DataFrame:
         """Current rows for the given primary keys, in key order; absent keys give all-null value columns (see
         :meth:`Lookuper.lookup <fluss_lake.lookup.lookuper.Lookuper.lookup>` for `with_found`, `with_offsets`)."""
-        return self.new_lookup().lookup(keys, with_found=with_found, with_offsets=with_offsets)
+        lookuper = self._lookuper
+        if lookuper is None:
+            lookuper = self._lookuper = self.new_lookup()
+        return lookuper.lookup(keys, with_found=with_found, with_offsets=with_offsets)
+
+    def lookup_one(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The current row of one primary key (a dict of its columns), or None: the low-latency point path (see
+        :meth:`Lookuper.lookup_one <fluss_lake.lookup.lookuper.Lookuper.lookup_one>`).
+
+        >>> import tempfile, fluss_lake as fl
+        >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+        >>> _ = conn.create_table("d.u", schema={"id": "BIGINT", "name": "STRING"}, primary_key=["id"])
+        >>> users = conn.get_table("d.u"); _ = users.upsert([{"id": 1, "name": "ann"}])
+        >>> users.lookup_one({"id": 1}), users.lookup_one({"id": 2})
+        ({'id': 1, 'name': 'ann'}, None)
+        """
+        lookuper = self._lookuper
+        if lookuper is None:
+            lookuper = self._lookuper = self.new_lookup()
+        return lookuper.lookup_one(key)
 
     def prefix_lookup(self, keys: Any, *, with_offsets: bool = False) -> pl.DataFrame:
         """Every current row whose bucket key equals one of the given prefixes (see :meth:`PrefixLookuper.lookup

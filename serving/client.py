@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from fluss_lake.exceptions import InvalidConfigError
-from fluss_lake.metadata.conform import to_frame
+from fluss_lake.metadata.conform import conform, to_frame
 from fluss_lake.metadata.descriptor import TableInfo
 from fluss_lake.metadata.partition import PartitionInfo
 from fluss_lake.metadata.schema import Schema
@@ -36,7 +36,15 @@ from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.training import STATUS, FeatureView, OnlineFeatures
 from fluss_lake.training.history import as_utc
 from fluss_lake.write.write_result import WriteResult
-from serving.protocol import encode_command, from_flight_error, offsets_from_json, offsets_to_json
+from serving.protocol import (
+    UNARY_MAX_BYTES,
+    encode_command,
+    encode_unary,
+    from_flight_error,
+    offsets_from_json,
+    offsets_to_json,
+    read_ipc,
+)
 from serving.server import STATUS_PREFIX, TIME_PREFIX
 
 __all__ = ["RemoteConnection", "RemoteTable", "connect"]
@@ -117,14 +125,24 @@ class RemoteConnection:
             results = list(self._client.do_action(flight.Action(kind, json.dumps(body).encode()), self._options))
         return json.loads(results[0].body.to_pybytes())
 
-    def _exchange(self, command: bytes, data: pa.Table) -> pa.Table:
+    def _exchange(self, verb: str, command: bytes, data: pa.Table) -> pl.DataFrame:
+        if data.nbytes <= UNARY_MAX_BYTES:  # one message each way: a quarter of an exchange's cost
+            with _errors():
+                results = list(self._client.do_action(flight.Action(verb, encode_unary(command, data)), self._options))
+            return read_ipc(results[0].body)
         with _errors():
             writer, reader = self._client.do_exchange(flight.FlightDescriptor.for_command(command), self._options)
             with writer:
                 writer.begin(data.schema)
                 writer.write_table(data)
                 writer.done_writing()
-                return reader.read_all()
+                return _frame(reader.read_all())
+
+    def _point(self, verb: str, command: bytes) -> pl.DataFrame:
+        """An exchange verb whose input is all in its command (one key): one small message each way."""
+        with _errors():
+            results = list(self._client.do_action(flight.Action(verb, command + b"\n"), self._options))
+        return read_ipc(results[0].body)
 
     def _get(self, command: bytes) -> pa.Table:
         with _errors():
@@ -233,7 +251,7 @@ class RemoteConnection:
             log=log_name,
             request_id=request_id,
         )
-        out = _frame(self._exchange(command, entities.to_arrow()))
+        out = self._exchange("online_features", command, entities.to_arrow())
         status = [out.get_column(f"{STATUS_PREFIX}{i}").cast(STATUS) for i in range(len(views))]
         times = [out.get_column(f"{TIME_PREFIX}{i}") for i in range(len(views))]
         frame = out.drop([c for c in out.columns if c.startswith((STATUS_PREFIX, TIME_PREFIX))])
@@ -253,14 +271,13 @@ class RemoteConnection:
         return f"<RemoteConnection {self.url}>"
 
 
-def _simple_keys(keys: Any, schema: Schema) -> pa.Table | None:
-    """One key given as a dict of plain ints/strings for integer/string key columns, straight to Arrow (a request
-    per key is the latency case); anything else goes through the library's conformance (and its errors)."""
+def _plain_key(keys: Any, schema: Schema) -> dict[str, Any] | None:
+    """The one key of `keys` when it is a dict of plain ints/strings for integer/string key columns (a request per
+    key is the latency case), else None: anything else goes through the library's conformance (and its errors)."""
     if not (isinstance(keys, list) and len(keys) == 1 and isinstance(keys[0], dict)):
         return None
-    key = keys[0]
+    key: dict[str, Any] = keys[0]
     dtypes = schema.polars_schema
-    fields = []
     for name, value in key.items():
         dtype = dtypes.get(name)
         if dtype is None:
@@ -269,11 +286,24 @@ def _simple_keys(keys: Any, schema: Schema) -> pa.Table | None:
             bits = 8 * {"Int8": 1, "Int16": 2, "Int32": 4, "Int64": 8}.get(str(dtype), 0)
             if not bits or not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
                 return None
-            fields.append(pa.field(name, pa.int64() if bits == 64 else getattr(pa, f"int{bits}")()))
-        elif type(value) is str and dtype == pl.String:
-            fields.append(pa.field(name, pa.large_string()))
-        else:
+        elif not (type(value) is str and dtype == pl.String):
             return None
+    return key
+
+
+def _simple_keys(keys: Any, schema: Schema) -> pa.Table | None:
+    """:func:`_plain_key`'s key straight to Arrow."""
+    key = _plain_key(keys, schema)
+    if key is None:
+        return None
+    dtypes = schema.polars_schema
+    fields = []
+    for name, value in key.items():
+        if type(value) is int:
+            bits = 8 * {"Int8": 1, "Int16": 2, "Int32": 4, "Int64": 8}[str(dtypes[name])]
+            fields.append(pa.field(name, pa.int64() if bits == 64 else getattr(pa, f"int{bits}")()))
+        else:
+            fields.append(pa.field(name, pa.large_string()))
     return pa.Table.from_pylist([key], schema=pa.schema(fields))
 
 
@@ -358,18 +388,41 @@ class RemoteTable:
     # ------------------------------------------------------------ reads
     def _keys(self, keys: Any) -> pa.Table:
         simple = _simple_keys(keys, self.schema)
-        return simple if simple is not None else to_frame(keys, self.schema).to_arrow()
+        if simple is not None:
+            return simple
+        frame = to_frame(keys, self.schema)
+        try:
+            return frame.to_arrow()
+        except pa.ArrowException:  # a type Arrow cannot carry (Python ints beyond 64 bits): the library's error
+            key_columns = [c for c in frame.columns if c in self.schema.names]
+            conform(frame, self.schema, required=key_columns, key_columns=key_columns)
+            raise InvalidConfigError(f"the keys cannot be sent as Arrow data (types {dict(frame.schema)})") from None
 
     def lookup(self, keys: Any, *, with_found: bool = False, with_offsets: bool = False) -> pl.DataFrame:
         """Current rows for the given primary keys, in key order (see :meth:`fluss_lake.Table.lookup`)."""
+        key = None if with_offsets else _plain_key(keys, self.schema)
+        if key is not None and key.keys() == set(self.schema.primary_key):  # one key: the point path, no IPC in
+            command = encode_command("lookup", table=self._name(), with_found=with_found, key=key)
+            return self._connection._point("lookup", command)
         command = encode_command("lookup", table=self._name(), with_found=with_found, with_offsets=with_offsets)
-        return _frame(self._connection._exchange(command, self._keys(keys)))
+        return self._connection._exchange("lookup", command, self._keys(keys))
+
+    def lookup_one(self, key: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The current row of one primary key, or None (see :meth:`fluss_lake.Table.lookup_one`)."""
+        if not isinstance(key, Mapping) or key.keys() != set(self.schema.primary_key):
+            columns = list(self.schema.primary_key)
+            raise InvalidConfigError(f"lookup_one takes a dict of exactly the primary-key columns {columns}")
+        rows = self.lookup([dict(key)], with_found=True)
+        if not rows.get_column("_found")[0]:
+            return None
+        rows.drop_in_place("_found")
+        return rows.row(0, named=True)
 
     def prefix_lookup(self, keys: Any, *, with_offsets: bool = False) -> pl.DataFrame:
         """Every current row whose bucket key equals one of the given prefixes (see
         :meth:`fluss_lake.Table.prefix_lookup`)."""
         command = encode_command("prefix_lookup", table=self._name(), with_offsets=with_offsets)
-        return _frame(self._connection._exchange(command, self._keys(keys)))
+        return self._connection._exchange("prefix_lookup", command, self._keys(keys))
 
     def limit_scan(self, limit: int, *, columns: Sequence[str] | None = None) -> pl.DataFrame:
         """At most `limit` rows (see :meth:`fluss_lake.Table.limit_scan`)."""

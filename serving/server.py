@@ -3,7 +3,8 @@
 =================  ==========================================================================================
 Flight call        verbs
 =================  ==========================================================================================
-``DoExchange``     ``lookup``, ``prefix_lookup``, ``online_features``: keys / entity rows in, rows out
+``DoExchange``     ``lookup``, ``prefix_lookup``, ``online_features``: keys / entity rows in, rows out (a small
+                   input comes as an action of the verb's name instead: the JSON command, a newline, Arrow IPC)
 ``DoGet``          ``limit_scan``, ``changelog``, ``scan_log``, ``to_polars``
 ``DoPut``          ``append``, ``upsert`` (``target_columns``: partial update), ``delete``: rows in, a JSON
                    ``WriteResult`` back as metadata
@@ -55,6 +56,8 @@ from serving.protocol import (
     GET_VERBS,
     PUT_VERBS,
     decode_command,
+    decode_unary,
+    ipc_bytes,
     offsets_from_json,
     offsets_to_json,
     to_flight_error,
@@ -241,6 +244,7 @@ class FlussLakeServer(flight.FlightServerBase):
         self._tables_lock = threading.Lock()
         self._views: OrderedDict[tuple[str, int], FeatureView] = OrderedDict()
         self._write_locks: dict[str, threading.Lock] = {}
+        self._schemas: dict[str, tuple[Any, pa.Schema | None]] = {}
         self._stopped = threading.Event()
         tls = config.tls_cert is not None
         scheme = "grpc+tls" if tls else "grpc+tcp"
@@ -396,29 +400,92 @@ class FlussLakeServer(flight.FlightServerBase):
         verb = command["verb"]
 
         def work(request: _Request) -> None:
-            if verb == "online_features":
-                result = self._online(context, command, _frame(request.read(reader)), request)
-            else:
-                name = command.get("table")
-                table = self.table(name)
-                self._authorize(context, str(table.path), write=False)
-                keys = _frame(request.read(reader))
-                request.check_time("looking up")
-                if verb == "lookup":
-                    result = table.lookup(
-                        keys,
-                        with_found=bool(command.get("with_found")),
-                        with_offsets=bool(command.get("with_offsets")),
-                    )
-                else:
-                    result = table.prefix_lookup(keys, with_offsets=bool(command.get("with_offsets")))
-            request.check_time("answering")
-            out = result.to_arrow()
-            request.rows_out = out.num_rows
+            out = self._answer(context, command, _frame(request.read(reader)), request).to_arrow()
             writer.begin(out.schema)
             writer.write_table(out)
 
         self._run(verb, command.get("table") or _view_tables(command), work)
+
+    def _answer(self, context: Any, command: dict, data: pl.DataFrame, request: _Request) -> pl.DataFrame:
+        """The rows an exchange verb (lookups, online features) answers for its input rows."""
+        verb = command["verb"]
+        if verb == "online_features":
+            result = self._online(context, command, data, request)
+        else:
+            table = self.table(command.get("table"))
+            self._authorize(context, str(table.path), write=False)
+            keys = data
+            request.check_time("looking up")
+            if verb == "lookup":
+                result = table.lookup(
+                    keys,
+                    with_found=bool(command.get("with_found")),
+                    with_offsets=bool(command.get("with_offsets")),
+                )
+            else:
+                result = table.prefix_lookup(keys, with_offsets=bool(command.get("with_offsets")))
+        request.check_time("answering")
+        request.rows_out = result.height
+        return result
+
+    def _point(self, context: Any, command: dict, request: _Request) -> bytes:
+        """A ``lookup`` of the one key its command holds, through the table's point path."""
+        if command["verb"] != "lookup" or not isinstance(command.get("key"), dict) or command.get("with_offsets"):
+            raise MalformedRequestError("only a lookup without offsets takes its key in the command ('key': {...})")
+        table = self.table(command.get("table"))
+        self._authorize(context, str(table.path), write=False)
+        key = command["key"]
+        with_found = bool(command.get("with_found"))
+        schema = self._arrow_schema(table)
+        request.rows_in = request.rows_out = 1
+        request.check_time("looking up")
+        if schema is None:  # nested columns: the batched path builds the row
+            return ipc_bytes(table.lookup([key], with_found=with_found))
+        row = table.lookup_one(key)
+        request.check_time("answering")
+        values = row if row is not None else key  # absent: the key columns set, the others null
+        if with_found:
+            values = {**values, "_found": row is not None}
+            schema = schema.append(pa.field("_found", pa.bool_()))
+        return ipc_bytes(pa.Table.from_pylist([values], schema=schema))
+
+    def _arrow_schema(self, table: fl.Table) -> pa.Schema | None:
+        """The Arrow schema of `table`'s rows, made once per table version (None if a column is nested)."""
+        cached = self._schemas.get(str(table.path))
+        if cached is not None and cached[0] is table.info:
+            return cached[1]
+        dtypes = table.schema.polars_schema
+        schema = None if any(d.is_nested() for d in dtypes.values()) else pl.DataFrame(schema=dtypes).to_arrow().schema
+        self._schemas[str(table.path)] = (table.info, schema)
+        return schema
+
+    def _unary(self, context: Any, body: Any) -> Iterator[flight.Result]:
+        """An exchange verb sent as an action (a small input; see :data:`serving.protocol.UNARY_MAX_BYTES`)."""
+        config = self.config
+        try:
+            if body is None or body.size > config.max_request_bytes + config.max_command_bytes:
+                raise RequestTooLargeError(
+                    f"the request is over the server's limit of {config.max_request_bytes} bytes; split it into "
+                    "smaller batches"
+                )
+            command, data = decode_unary(body, limit=config.max_command_bytes, expected=EXCHANGE_VERBS)
+        except FlussLakeError as exc:
+            self.metrics.record("exchange", None, seconds=0.0, error=True)
+            raise to_flight_error(exc) from None
+
+        def work(request: _Request) -> bytes:
+            if data is None:
+                return self._point(context, command, request)
+            if data.height > config.max_request_rows:
+                raise RequestTooLargeError(
+                    f"{request.verb}: the request is over the server's limit of {config.max_request_rows} rows; "
+                    "split it into smaller batches"
+                )
+            request.rows_in = data.height
+            return ipc_bytes(self._answer(context, command, data, request))
+
+        answer = self._run(command["verb"], command.get("table") or _view_tables(command), work)
+        return iter([flight.Result(answer)])
 
     def _online(self, context: Any, command: dict, entities: pl.DataFrame, request: _Request) -> pl.DataFrame:
         definitions = command.get("views")
@@ -536,6 +603,8 @@ class FlussLakeServer(flight.FlightServerBase):
 
     def do_action(self, context: Any, action: Any) -> Iterator[flight.Result]:
         kind = action.type
+        if kind in EXCHANGE_VERBS:
+            return self._unary(context, action.body)
         if kind == "health":  # liveness: no token needed, no store access
             if self._stopped.is_set():
                 raise to_flight_error(ServerUnavailableError("the server is shutting down"))

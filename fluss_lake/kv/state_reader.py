@@ -21,7 +21,7 @@ from fluss_lake._utils.distinct import distinct
 from fluss_lake.kv import _kernels, row_gather  # type: ignore[attr-defined]
 from fluss_lake.kv.segment import OFFSET_COLUMN, TOMB_COLUMN, Segment, conform, keys_equal, single_chunk, take
 
-__all__ = ["StateReader"]
+__all__ = ["StateReader", "lookup_buckets"]
 
 
 class StateReader:
@@ -155,8 +155,21 @@ class StateReader:
         `with_offsets` the rows end with :data:`OFFSET_COLUMN`, the changelog offset of each row's last change
         (null where absent or unknown).
         """
-        n = len(hashes)
         seg_of, row_of, order = self._probe_all(hashes)
+        return self._resolve(hashes, keys, seg_of, row_of, order, with_offsets=with_offsets)
+
+    def _resolve(
+        self,
+        hashes: np.ndarray,
+        keys: pl.DataFrame,
+        seg_of: np.ndarray,
+        row_of: np.ndarray,
+        order: np.ndarray,
+        *,
+        with_offsets: bool,
+    ) -> tuple[np.ndarray, pl.DataFrame]:
+        """:meth:`lookup` after the probe: the found mask and the aligned rows of the probed positions."""
+        n = len(hashes)
         involved = np.flatnonzero(np.bincount(seg_of + 1, minlength=len(self.segments) + 1)[1:]).tolist()
         names = self.schema.names()
         if all(set(names).issubset(self.segments[i].columns()) for i in involved):
@@ -395,3 +408,37 @@ def _stacked_keys_equal(
     frame = pl.from_arrow(stacked.select(list(primary_key)))
     assert isinstance(frame, pl.DataFrame)
     return keys_equal(frame, keys[positions], primary_key)
+
+
+def lookup_buckets(
+    readers: Sequence[StateReader],
+    positions: Sequence[np.ndarray],
+    hashes: np.ndarray,
+    keys: pl.DataFrame,
+    *,
+    with_offsets: bool = False,
+) -> tuple[np.ndarray, pl.DataFrame] | None:
+    """:meth:`StateReader.lookup` of keys spread over several buckets in one gather: ``readers[i]`` holds the keys
+    at ``positions[i]`` (disjoint, together every position). Each bucket is probed on its own segments, then the
+    rows of every bucket are gathered straight into key order, so the cost of a lookup does not grow with the
+    number of buckets it touches (no per-bucket frames, no concatenation, no re-ordering). None when the
+    buckets' schemas differ (a bucket not caught up with a schema change): the caller looks up bucket by bucket.
+    The caller holds every reader's lock.
+    """
+    first = readers[0]
+    if any(r.schema != first.schema or r.primary_key != first.primary_key for r in readers[1:]):
+        return None
+    n = len(hashes)
+    seg_of = np.full(n, -1, dtype=np.int64)
+    row_of = np.zeros(n, dtype=np.int64)
+    orders = []
+    segments: list[Segment] = []
+    for reader, where in zip(readers, positions, strict=True):
+        seg, row, order = reader._probe_all(hashes[where])
+        seg_of[where] = np.where(seg >= 0, seg + len(segments), -1)
+        row_of[where] = row
+        orders.append(where[order])
+        segments.extend(reader.segments)
+    combined = StateReader()
+    combined.segments, combined.schema, combined.primary_key = segments, first.schema, first.primary_key
+    return combined._resolve(hashes, keys, seg_of, row_of, np.concatenate(orders), with_offsets=with_offsets)

@@ -8,6 +8,7 @@ the keys it misses and returns their new rows (:mod:`fluss_lake.lookup.insert_if
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from fluss_lake.keys.bucketing import buckets_of, split_by_bucket
 from fluss_lake.keys.index_hash import index_hashes, prefix_ranges
 from fluss_lake.kv.kv_store import OFFSET_COLUMN
 from fluss_lake.kv.kv_tablet import KvTablet
+from fluss_lake.kv.state_reader import lookup_buckets
 from fluss_lake.lookup.insert_if_not_exists import KeyInserter, check_insertable
 from fluss_lake.metadata.conform import conform, to_frame
 from fluss_lake.metadata.descriptor import TableInfo
@@ -129,6 +131,32 @@ def _probe(
     return found, rows
 
 
+def _lookup_gathered(
+    tablets: TabletSet, frame: pl.DataFrame, by_bucket: dict[int, np.ndarray | None], with_offsets: bool
+) -> tuple[np.ndarray, pl.DataFrame] | None:
+    """Keys of several buckets probed bucket by bucket and gathered into key order at once (see
+    :func:`~fluss_lake.kv.state_reader.lookup_buckets`), under every involved bucket's lock (taken in bucket order,
+    so concurrent lookups cannot deadlock); None: look up bucket by bucket instead."""
+    info = tablets.info
+    hashes = index_hashes(frame, info.schema.primary_key, info.prefix_key)
+    buckets = sorted(by_bucket)
+    with ExitStack() as held:
+        readers = []
+        for bucket in buckets:
+            tablet = tablets.kv_tablet(bucket)
+            held.enter_context(tablet.lock)
+            tablet.catch_up()
+            readers.append(tablet.kv)
+        where = [by_bucket[b] for b in buckets]
+        return lookup_buckets(
+            readers,
+            [w if w is not None else np.arange(frame.height) for w in where],
+            hashes,
+            frame,
+            with_offsets=with_offsets,
+        )
+
+
 def _lookup_in(
     tablets: TabletSet,
     frame: pl.DataFrame,
@@ -143,9 +171,20 @@ def _lookup_in(
         out = _with_keys(rows, frame, found if with_found else None)
         return _with_offsets(out, 0) if with_offsets else out
     n = frame.height
+    buckets = buckets_of(info, frame)
+    by_bucket = _bucket_positions(buckets)
+    if inserter is None and len(by_bucket) > 1:
+        gathered = _lookup_gathered(tablets, frame, by_bucket, with_offsets)
+        if gathered is not None:
+            found, rows = gathered
+            out = _with_keys(rows, frame, found if with_found else None)
+            if not with_offsets:
+                return out
+            offsets = out.drop_in_place(OFFSET_COLUMN).alias("_offset")  # eager, in place: this call's own frame
+            return out.hstack([pl.Series("_bucket", buckets.astype(np.int32, copy=False)), offsets])
     results: list[pl.DataFrame] = []
     positions: list[np.ndarray] = []
-    for bucket, where in _bucket_positions(buckets_of(info, frame)).items():
+    for bucket, where in by_bucket.items():
         keys_part = frame if where is None else frame[where]
         found, rows = _probe(tablets.kv_tablet(bucket), keys_part, info, with_offsets, inserter)
         part = _with_keys(rows, keys_part, found)
