@@ -254,7 +254,7 @@ class RemoteConnection:
         out = self._exchange("online_features", command, entities.to_arrow())
         status = [out.get_column(f"{STATUS_PREFIX}{i}").cast(STATUS) for i in range(len(views))]
         times = [out.get_column(f"{TIME_PREFIX}{i}") for i in range(len(views))]
-        frame = out.drop([c for c in out.columns if c.startswith((STATUS_PREFIX, TIME_PREFIX))])
+        frame = pl.DataFrame([out.get_column(c) for c in out.columns if not c.startswith((STATUS_PREFIX, TIME_PREFIX))])
         if not with_status:
             return frame
         when = as_utc(now, what="now") if now is not None else None

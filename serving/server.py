@@ -504,7 +504,7 @@ class FlussLakeServer(flight.FlightServerBase):
         )
         extra = [s.cast(pl.String).alias(f"{STATUS_PREFIX}{i}") for i, s in enumerate(result.status)]
         extra += [s.alias(f"{TIME_PREFIX}{i}") for i, s in enumerate(result.value_times)]
-        return result.frame.with_columns(extra) if command.get("with_status") else result.frame
+        return result.frame.hstack(extra) if command.get("with_status") else result.frame  # hstack: no query plan
 
     def serve_features(
         self, entities: pl.DataFrame, views: list[FeatureView], *, now: Any, log: str | None, request_id: str | None

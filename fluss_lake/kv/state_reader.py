@@ -195,9 +195,22 @@ class StateReader:
     def _offsets_at(self, seg_of: np.ndarray, row_of: np.ndarray, known: np.ndarray) -> pl.Series:
         """The changelog offsets of the rows at (segment, row) where `known` (null elsewhere, and for rows of
         segments written before offsets were kept); one take per segment involved."""
+        involved = np.unique(seg_of[known]).tolist()
+        if not involved:
+            return pl.Series(OFFSET_COLUMN, pa.nulls(len(seg_of), pa.int64()))
+        arrays: list[pa.Array | None] = [None] * len(self.segments)
+        for number in involved:
+            arrays[number] = self.segments[number].columns().get(OFFSET_COLUMN)
+        if all(arrays[i] is not None for i in involved):  # one compiled gather, validity included
+            live = np.where(known, seg_of, -1)
+            gathered = row_gather.gather_column(
+                arrays, involved, live, row_of, np.empty(0, dtype=np.int64), known, bool(known.all())
+            )
+            if gathered is not None:
+                return pl.Series(OFFSET_COLUMN, gathered)
         values = np.zeros(len(seg_of), dtype=np.int64)
         valid = np.zeros(len(seg_of), dtype=bool)
-        for number in np.unique(seg_of[known]).tolist():
+        for number in involved:
             column = self.segments[number].columns().get(OFFSET_COLUMN)
             if column is None:
                 continue

@@ -45,7 +45,7 @@ from fluss_lake.exceptions import (
 from fluss_lake.log.log_tablet import LogTablet
 from fluss_lake.metadata.partition import with_partition_names
 from fluss_lake.table import Table
-from fluss_lake.training._rules import INTERNAL_PREFIX, check_names, common_key_dtype, within_ttl
+from fluss_lake.training._rules import INTERNAL_PREFIX, check_names, common_key_dtype
 from fluss_lake.training.feature_log import log_served_features
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import as_utc, time_expr
@@ -57,7 +57,6 @@ STATUS = pl.Enum(["PRESENT", "NOT_FOUND", "OUTSIDE_MAX_AGE", "NOT_YET_VALID"])
 
 _POS = f"{INTERNAL_PREFIX}pos"
 _PART = f"{INTERNAL_PREFIX}partition"
-_TIME = pl.Datetime("us", "UTC")
 #: A commit time the log no longer holds (its batch expired under ``table.log.ttl``).
 _EXPIRED = np.iinfo(np.int64).min
 
@@ -170,12 +169,11 @@ def online_features(
     entities = _entity_frame(entity_rows)
     check_names(entities.schema, views, None)
     when = _now(views, now)
-    now_expr = pl.lit(when, dtype=_TIME)
     outputs: dict[int, tuple[list[pl.Series], pl.Series, pl.Series]] = {}
     for group in _groups(views):
         rows = _lookup(entities, group)
         for index, view in group:
-            outputs[index] = _view_values(rows, view, now_expr)
+            outputs[index] = _view_values(rows, view, when)
     columns = [s for i in range(len(views)) for s in outputs[i][0]]
     frame = _with_columns(entities, columns)
     result = OnlineFeatures(
@@ -326,61 +324,81 @@ def _lookup(entities: pl.DataFrame, group: list[tuple[int, FeatureView]]) -> pl.
     return rows
 
 
-def _view_values(rows: pl.DataFrame, view: FeatureView, now: pl.Expr) -> tuple[list[pl.Series], pl.Series, pl.Series]:
-    """A view's output columns, status and value times from its table's looked-up rows."""
+_STATUS_NAMES = np.array(STATUS.categories.to_list())
+_PRESENT, _NOT_FOUND, _OUTSIDE_MAX_AGE, _NOT_YET_VALID = (
+    STATUS.categories.to_list().index(name) for name in ("PRESENT", "NOT_FOUND", "OUTSIDE_MAX_AGE", "NOT_YET_VALID")
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def _view_values(rows: pl.DataFrame, view: FeatureView, now: datetime) -> tuple[list[pl.Series], pl.Series, pl.Series]:
+    """A view's output columns, status and value times from its table's looked-up rows.
+
+    The rules are the training set's (:func:`~fluss_lake.training._rules.within_ttl`: an age equal to the TTL
+    counts), computed on arrays of epoch microseconds: a served request runs no query plan.
+    """
     table = view.table
     assert table is not None
-    found = pl.col("_found")
+    n = rows.height
+    now_us = (now - _EPOCH) // _MICROSECOND
+    ttl_us = None if view.ttl is None else view.ttl // _MICROSECOND  # type: ignore[operator]
+    found = rows.get_column("_found").to_numpy()
     if view.event_time is None:
-        commit = pl.col(f"{INTERNAL_PREFIX}commit_ms")
-        known = commit != pl.lit(_EXPIRED, pl.Int64)
-        value_time: pl.Expr = pl.when(found & known).then(pl.from_epoch(commit, time_unit="ms").cast(_TIME))
-        expired = ~within_ttl(value_time, now, view.ttl).fill_null(True)
-        if view.ttl is not None:
-            _check_expired_known(rows, found & ~known, table, view)
-            expired = expired | (found & ~known)
-        future = pl.lit(False)
+        commit = rows.get_column(f"{INTERNAL_PREFIX}commit_ms").to_numpy()
+        known = commit != _EXPIRED
+        has_time = found & known
+        value_us = np.where(has_time, commit, 0) * 1000
+        if ttl_us is None:
+            expired = np.zeros(n, dtype=bool)
+        else:
+            _check_expired_known(found & ~known, table, view)
+            expired = ~(has_time & (value_us >= now_us - ttl_us)) | (found & ~known)
+        future = np.zeros(n, dtype=bool)
     else:
-        event = time_expr(
-            view.event_time,
-            table.schema.polars_schema[view.event_time],
-            unit="us",
-            what=f"{view.label} event time column {view.event_time!r}",
-        )
-        value_time = pl.when(found).then(event)
-        found = found & value_time.is_not_null()  # a row without an event time cannot be placed in time
-        future = found & (value_time > now)
-        expired = found & ~future & ~within_ttl(value_time, now, view.ttl)
-    status = (
-        pl.when(~found)
-        .then(pl.lit("NOT_FOUND"))
-        .when(future)
-        .then(pl.lit("NOT_YET_VALID"))
-        .when(expired)
-        .then(pl.lit("OUTSIDE_MAX_AGE"))
-        .otherwise(pl.lit("PRESENT"))
-        .cast(STATUS)
-    )
-    valid = status == "PRESENT"
-    names = view.output_names()
-    exprs = [
-        pl.when(valid).then(pl.col(f)).otherwise(None).alias(n) for f, n in zip(view.features or (), names, strict=True)
-    ]
-    out = rows.select(
-        *exprs,
-        status.alias(f"{INTERNAL_PREFIX}status"),
-        pl.when(valid).then(value_time).alias(f"{INTERNAL_PREFIX}time"),
-    )
-    return (
-        [out.get_column(n) for n in names],
-        out.get_column(f"{INTERNAL_PREFIX}status").alias(view.name or view.prefix or "status"),
-        out.get_column(f"{INTERNAL_PREFIX}time").alias(view.name or view.prefix or "time"),
-    )
+        value_us, has_time = _event_micros(rows, table, view)
+        found = found & has_time  # a row without an event time cannot be placed in time
+        future = found & (value_us > now_us)
+        within = np.ones(n, dtype=bool) if ttl_us is None else value_us >= now_us - ttl_us
+        expired = found & ~future & ~within
+    codes = np.full(n, _PRESENT, dtype=np.int64)
+    codes[expired] = _OUTSIDE_MAX_AGE
+    codes[future] = _NOT_YET_VALID
+    codes[~found] = _NOT_FOUND
+    valid = codes == _PRESENT
+    label = view.name or view.prefix
+    status = pl.Series(label or "status", _STATUS_NAMES[codes]).cast(STATUS)
+    times = pl.Series(label or "time", pa.array(value_us, pa.timestamp("us", tz="UTC"), mask=~valid))
+    mask = None if valid.all() else pl.Series(valid)
+    columns = []
+    for feature, name in zip(view.features or (), view.output_names(), strict=True):
+        column = rows.get_column(feature).alias(name)
+        if mask is not None:  # null where the value does not count (Series ops: no query plan)
+            column = column.zip_with(mask, pl.Series(name, dtype=column.dtype).extend_constant(None, n))
+        columns.append(column)
+    return columns, status, times
 
 
-def _check_expired_known(rows: pl.DataFrame, unknown: pl.Expr, table: Any, view: FeatureView) -> None:
+def _event_micros(rows: pl.DataFrame, table: Any, view: FeatureView) -> tuple[np.ndarray, np.ndarray]:
+    """The event time of each row as UTC epoch microseconds (naive datetimes and dates count as UTC, as
+    :func:`~fluss_lake.training.history.time_expr` reads them), and where it is set."""
+    assert view.event_time is not None
+    dtype = table.schema.polars_schema[view.event_time]
+    column = rows.get_column(view.event_time)
+    if isinstance(dtype, pl.Datetime):  # the physical values are UTC instants whatever the zone
+        micros = column.cast(pl.Datetime("us", dtype.time_zone))
+    elif dtype == pl.Date:
+        micros = column.cast(pl.Datetime("us"))
+    else:
+        time_expr(view.event_time, dtype, unit="us", what=f"{view.label} event time column {view.event_time!r}")
+        raise AssertionError("time_expr refuses every other type")
+    present = micros.is_not_null().to_numpy()
+    return micros.to_physical().fill_null(0).to_numpy(), present
+
+
+def _check_expired_known(unknown: np.ndarray, table: Any, view: FeatureView) -> None:
     """A value whose commit time the log no longer holds is expired only if ``table.log.ttl`` >= the view's TTL."""
-    if not rows.select(unknown.any()).item():
+    if not unknown.any():
         return
     log_ttl = opt.parse_duration_ms(opt.LOG_TTL, table.info.options.get(opt.LOG_TTL, "7 d"))
     ttl = view.ttl
@@ -489,14 +507,13 @@ def _commit_times(table: Table, rows: pl.DataFrame) -> np.ndarray:
     found = rows.get_column("_found").to_numpy()
     if not found.any():
         return out
-    if not table.is_partitioned:  # arrays only: the per-request path of a served feature
-        positions = np.flatnonzero(found)
-        offset_series = rows.get_column("_offset").gather(positions)
-        known = offset_series.is_not_null().to_numpy()
-        out[positions[~known]] = _EXPIRED
-        positions = positions[known]
-        offsets = offset_series.to_numpy()[known].astype(np.int64, copy=False)
-        buckets = rows.get_column("_bucket").gather(positions).to_numpy()
+    if not table.is_partitioned:  # arrays only (no Polars query): the per-request path of a served feature
+        column = rows.get_column("_offset").to_arrow()
+        known = np.asarray(column.is_valid(), dtype=bool)
+        out[found & ~known] = _EXPIRED
+        positions = np.flatnonzero(found & known)
+        offsets = np.asarray(column.fill_null(0), dtype=np.int64)[positions]
+        buckets = rows.get_column("_bucket").to_numpy()[positions]
         tablets = table._tablets()
         for bucket in np.unique(buckets).tolist():
             where = buckets == bucket
