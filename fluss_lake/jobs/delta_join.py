@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from fluss_lake import options as opt
 from fluss_lake._utils.distinct import distinct
 from fluss_lake.exceptions import CommitConflictError, JoinNotSupportedError, PartitionNotExistError
 from fluss_lake.jobs._expansion import PENDING, emit, expand, project
@@ -44,7 +45,7 @@ from fluss_lake.jobs.result_writes import write_changes
 from fluss_lake.jobs.shard import Shard
 from fluss_lake.table import Table
 
-__all__ = ["DeltaJoin"]
+__all__ = ["DeltaJoin", "co_partitioned"]
 
 _MAX_RACE_ROUNDS = 50
 #: Default step: a delta join keeps nothing between steps, so its memory follows the step; at 25k records per input
@@ -119,7 +120,13 @@ class DeltaJoin(Job):
         self._known: dict[str, BucketOffsets] = {}
         self._defer_pending = not emit_per_input  # Fluss's records (the conformance vectors) re-emit every probe
         self._consumed: dict[str, dict[tuple[str | None, int], int]] = {}  # per input: offsets after this step
-        self._journal = ResultJournal(self.connection, self.name, self.shard) if self.shard is not None else None
+        #: every input bucketed by its join keys alike: a shard's changes only ever join rows of its own buckets
+        self.co_partitioned = co_partitioned(self.plan)
+        self._journal = (
+            ResultJournal(self.connection, self.name, self.shard)
+            if self.shard is not None and not self.co_partitioned
+            else None
+        )
         self.reprobes = 0  # steps a shard probed again because another shard wrote one of its result keys
 
     def explain(self) -> Explanation:
@@ -279,7 +286,7 @@ class DeltaJoin(Job):
         """A shard's view of the other shards' buckets: [their committed offset, log end) per (partition, bucket),
         whose delete records the probes must know (a pair deleted on both sides, each side owned by another
         shard, is retracted by whichever shard comes first). Unknown offsets count from the log start."""
-        if self.shard is None:
+        if self.shard is None or self.co_partitioned:  # co-partitioned: no tuple of ours has a row in their buckets
             return {}
         generation = self.checkpoint.layout.get("generation")
         mine = self.checkpoint.partitions.get(alias, {})
@@ -352,3 +359,44 @@ class DeltaJoin(Job):
         raise CommitConflictError(
             f"job {self.name!r}: inputs kept changing while probing {_MAX_RACE_ROUNDS} times; run the job again"
         )
+
+
+def co_partitioned(plan: JoinPlan) -> bool:
+    """Whether every join edge equates the two sides' bucket keys column for column, with the same bucket count,
+    bucketing (lake format) and key types, on unpartitioned inputs: then joined rows always share their bucket
+    number, so each shard's tuples are built only from rows of the buckets it owns. Its result keys are its own
+    (no other shard writes them: no write lock, no journal) and no other shard's deletes can concern it.
+
+    >>> import tempfile, fluss_lake as fl
+    >>> from fluss_lake.jobs import Join
+    >>> from fluss_lake.jobs.join_plan import JoinPlan
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("s")
+    >>> _ = conn.create_table("s.o", schema={"cid": "INT", "oid": "INT"}, primary_key=["cid", "oid"],
+    ...                       bucket_keys=["cid"], bucket_num=4)
+    >>> _ = conn.create_table("s.c", schema={"cid": "INT", "n": "STRING"}, primary_key=["cid"], bucket_num=4)
+    >>> _ = conn.create_table("s.r", schema={"cid": "INT", "oid": "INT", "n": "STRING"}, primary_key=["cid", "oid"])
+    >>> t = conn.get_table
+    >>> co_partitioned(JoinPlan({"o": t("s.o"), "c": t("s.c")}, [Join("o", "c", ["cid"])], t("s.r")))
+    True
+    """
+    tables = plan.inputs
+    first = next(iter(tables.values())).info
+    lake = first.options.get(opt.DATALAKE_FORMAT)
+    for table in tables.values():
+        info = table.info
+        if info.partition_keys or info.bucket_num != first.bucket_num or info.options.get(opt.DATALAKE_FORMAT) != lake:
+            return False
+    for edge in plan.edges:
+        parent, child = tables[edge.parent], tables[edge.child]
+        parent_keys, child_keys = parent.info.bucket_keys, child.info.bucket_keys
+        if len(parent_keys) != len(child_keys):
+            return False
+        parent_types, child_types = parent.schema.polars_schema, child.schema.polars_schema
+        for p, c in zip(parent_keys, child_keys, strict=True):
+            try:
+                partner = edge.partner(edge.parent, p)
+            except KeyError:
+                return False
+            if partner != c or parent_types[p] != child_types[c]:
+                return False
+    return True

@@ -32,6 +32,9 @@ def create_tables(conn: fl.Connection) -> None:
     conn.create_table("d.orders", schema=ORDERS, primary_key=["cid", "oid"], bucket_keys=["cid"], bucket_num=4)
     conn.create_table("d.customers", schema=CUSTOMERS, primary_key=["cid"], bucket_num=3)
     conn.create_table("d.view", schema=VIEW, primary_key=["cid", "oid"], bucket_num=2)
+    # the same customers bucketed as the orders are (4 buckets by cid): a co-partitioned join, no write lock
+    conn.create_table("d.customers4", schema=CUSTOMERS, primary_key=["cid"], bucket_num=4)
+    conn.create_table("d.coview", schema=VIEW, primary_key=["cid", "oid"], bucket_num=3)
     conn.create_table(
         "d.spend",
         schema={"cid": "INT", "n": "BIGINT", "total": "BIGINT"},
@@ -43,6 +46,15 @@ def create_tables(conn: fl.Connection) -> None:
 def build(conn: fl.Connection, kind: str, shard: Shard | None) -> Any:
     """The job under test for `shard` (one name per kind: all shards of one job)."""
     t = conn.get_table
+    if kind == "cojoin":
+        return DeltaJoin(
+            t("d.coview"),
+            {"o": t("d.orders"), "c": t("d.customers4")},
+            [Join("o", "c", ["cid"])],
+            name="coview",
+            batch_rows=3,
+            shard=shard,
+        )
     if kind == "join":
         return DeltaJoin(
             t("d.view"),

@@ -20,6 +20,7 @@ import time
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 import shard_worker as w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -58,16 +59,19 @@ def workers():
 
 def _apply(conn: fl.Connection, ops) -> None:
     orders, customers = conn.get_table("d.orders"), conn.get_table("d.customers")
+    customers4 = conn.get_table("d.customers4")
     for table, cid, oid, value in ops:
         if table == "o":
             if value is None:
                 orders.delete([{"cid": cid, "oid": oid}])
             else:
                 orders.upsert([{"cid": cid, "oid": oid, "amount": value}])
-        elif value is None:
-            customers.delete([{"cid": cid}])
         else:
-            customers.upsert([{"cid": cid, "name": value}])
+            for table in (customers, customers4):  # the same rows in both layouts
+                if value is None:
+                    table.delete([{"cid": cid}])
+                else:
+                    table.upsert([{"cid": cid, "name": value}])
 
 
 def _round(pool, root: str, kind: str, count: int, crash, conn: fl.Connection, during) -> None:
@@ -105,18 +109,20 @@ def _catch_up(conn: fl.Connection, kind: str, count: int) -> None:
 def _check(conn: fl.Connection, kind: str) -> None:
     orders = conn.get_table("d.orders").to_polars()
     customers = conn.get_table("d.customers").to_polars()
-    if kind == "join":
+    if kind in ("join", "cojoin"):
+        assert_frame_equal(conn.get_table("d.customers4").to_polars().sort("cid"), customers.sort("cid"))
         expected = orders.join(customers, on="cid", how="inner").select(list(w.VIEW))
-        got = conn.get_table("d.view").to_polars().select(list(w.VIEW))
+        view = "d.view" if kind == "join" else "d.coview"
+        got = conn.get_table(view).to_polars().select(list(w.VIEW))
     else:
         expected = orders.group_by("cid").agg(pl.len().cast(pl.Int64).alias("n"), pl.col("amount").sum().cast(pl.Int64).alias("total"))
         got = conn.get_table("d.spend").to_polars().filter(pl.col("n") != 0).select("cid", "n", "total")
-    key = ["cid", "oid"] if kind == "join" else ["cid"]
+    key = ["cid"] if kind == "aggregation" else ["cid", "oid"]
     assert got.sort(key).to_dicts() == expected.sort(key).to_dicts()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["join", "aggregation"])
+@pytest.mark.parametrize("kind", ["join", "cojoin", "aggregation"])
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rounds=st.lists(round_, min_size=2, max_size=4))
 def test_sharded_jobs_in_processes_equal_the_batch_result(workers, kind, rounds) -> None:
@@ -129,6 +135,10 @@ def test_sharded_jobs_in_processes_equal_the_batch_result(workers, kind, rounds)
             _round(workers, root, kind, count, crash, conn, during)
         _catch_up(conn, kind, count)
         _check(conn, kind)
+        if kind == "cojoin":  # co-partitioned: the shards never took the write lock nor kept a journal
+            assert w.build(conn, kind, Shard(0, 2)).co_partitioned
+            for n in (2, 3):  # (the other layout's join keeps its journal there: tests/jobs/test_shards.py)
+                assert conn.store.list(f".jobs/coview/shards-{n}/journal") == []
 
 
 @pytest.mark.slow

@@ -292,3 +292,30 @@ def test_never_ran_tells_a_new_shard_from_one_that_consumed(conn) -> None:
     for job in [w.build(conn, "aggregation", s) for s in Shard.all(2)[1:]]:
         assert job.never_ran
     assert not any(job.never_ran for job in [w.build(conn, "aggregation", s) for s in Shard.all(3)])
+
+
+@pytest.mark.parametrize(
+    ("customers", "orders_bucket_keys", "expected"),
+    [
+        ({"bucket_num": 4}, ["cid"], True),
+        ({"bucket_num": 3}, ["cid"], False),  # bucket counts differ
+        ({"bucket_num": 4, "schema": {"cid": "BIGINT", "name": "STRING"}}, ["cid"], False),  # key types differ
+        ({"bucket_num": 4, "options": {"table.datalake.format": "iceberg"}}, ["cid"], False),  # other bucketing
+    ],
+)
+def test_co_partitioned_joins_are_recognised(tmp_path, customers, orders_bucket_keys, expected) -> None:
+    """Only a join whose every edge equates both sides' bucket keys, alike bucketed, skips the write lock."""
+    from fluss_lake.jobs.delta_join import co_partitioned
+
+    conn = fl.connect(str(tmp_path))
+    conn.create_database("d")
+    conn.create_table("d.o", schema={"cid": "INT", "oid": "INT", "x": "INT"}, primary_key=["cid", "oid"],
+                      bucket_keys=orders_bucket_keys, bucket_num=4)
+    conn.create_table("d.c", **{"schema": {"cid": "INT", "name": "STRING"}, "primary_key": ["cid"], **customers})
+    conn.create_table("d.r", schema={"cid": "INT", "oid": "INT", "x": "INT", "name": "STRING"},
+                      primary_key=["cid", "oid"])
+    t = conn.get_table
+    job = DeltaJoin(t("d.r"), {"o": t("d.o"), "c": t("d.c")}, [Join("o", "c", ["cid"])], shard=Shard(0, 2))
+    assert co_partitioned(job.plan) is expected
+    assert job.co_partitioned is expected
+    assert (job._journal is None) is expected
