@@ -20,7 +20,7 @@ import ray.data
 from ray.data import Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
-from fluss_lake._utils.arguments import check_offsets
+from fluss_lake._utils.arguments import check_int, check_offsets
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.metadata.table_path import TablePath
 from fluss_ray.store import Store
@@ -192,6 +192,7 @@ def read_lake(
     The workers load the lake's pyiceberg catalog from its properties (reachable from every node). Other
     keywords go to ``read_iceberg`` (``row_filter``, ``override_num_blocks``...); `columns` selects columns.
     """
+    check_int("snapshot_id", snapshot_id, minimum=None, optional=True, hint="an id from tiering.lake_snapshots")
     namespace, name = lake.identifier(path, "history" if history else "log")
     if lake.load(path, "history" if history else "log") is None:
         from fluss_lake.exceptions import TableNotExistError

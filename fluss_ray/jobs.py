@@ -28,7 +28,7 @@ from typing import Any
 
 import ray
 
-from fluss_lake._utils.arguments import check_callable, check_int, check_seconds
+from fluss_lake._utils.arguments import check_callable, check_int, check_number, check_seconds
 from fluss_lake.connection import Connection
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError, JobStateError
 from fluss_lake.jobs import Job, JobReport, Shard
@@ -193,10 +193,13 @@ class RayJob:
 
     def status(self, *, timeout_s: float = 60.0) -> list[ShardStatus]:
         """One status per shard (an actor being restarted answers once it is up again)."""
+        timeout_s = check_seconds("timeout_s", timeout_s)
         return list(ray.get([a.status.remote() for a in self.actors], timeout=timeout_s))
 
     def wait_caught_up(self, *, timeout_s: float = 120.0, poll_s: float = 0.2) -> list[ShardStatus]:
         """Wait until every shard has consumed everything its inputs hold now; raise if a shard failed."""
+        timeout_s = check_seconds("timeout_s", timeout_s)
+        poll_s = check_seconds("poll_s", poll_s)
         deadline = time.monotonic() + timeout_s
         while True:
             statuses = self.status(timeout_s=max(deadline - time.monotonic(), 1.0))
@@ -217,10 +220,18 @@ class RayJob:
 
     def stop(self, *, timeout_s: float = 60.0) -> list[ShardStatus]:
         """Stop every shard cleanly (each finishes and checkpoints its step), then end the actors."""
+        timeout_s = check_seconds("timeout_s", timeout_s)
         final = list(ray.get([a.stop.remote(timeout_s) for a in self.actors], timeout=timeout_s + 30))
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         return final
+
+
+def check_cpus(num_cpus: float) -> float:
+    """What a Ray actor or task reserves: a number of CPUs >= 0 (fractions allowed, as Ray takes them)."""
+    number = check_number("num_cpus", num_cpus, what="a number of CPUs", positive=False, hint="Ray's num_cpus")
+    assert number is not None
+    return number
 
 
 def _checked(make: JobFactory, store: Store, shards: int) -> int:
@@ -255,6 +266,7 @@ def start_job(
     shards = _checked(make, store, shards)
     max_restarts = check_int("max_restarts", max_restarts, minimum=-1, hint="-1 restarts a shard's actor always")
     poll_interval = check_seconds("poll_interval", poll_interval)
+    num_cpus = check_cpus(num_cpus)
     if not ray.is_initialized():
         raise InvalidConfigError("start_job runs on a Ray cluster: call ray.init(address=...) first")
     options: dict[str, Any] = {
@@ -300,6 +312,7 @@ def run_job_once(
     shards = _checked(make, store, shards)
     max_retries = check_int("max_retries", max_retries, minimum=0, hint="times a shard's task is run again")
     max_steps = check_int("max_steps", max_steps, minimum=0, optional=True)
+    num_cpus = check_cpus(num_cpus)
     if not ray.is_initialized():
         raise InvalidConfigError("run_job_once runs on a Ray cluster: call ray.init(address=...) first")
     task = ray.remote(_run_shard_once).options(

@@ -17,6 +17,7 @@ from fluss_lake._utils.arguments import check_int
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError
 from fluss_lake.jobs import Shard
 from fluss_lake.metadata.table_path import TablePath
+from fluss_ray.jobs import check_cpus
 from fluss_ray.store import Store
 from tiering import Lake, TableTieringReport, tier_table
 from tiering.service import lake_tables, raise_first
@@ -73,6 +74,7 @@ def tier_on_ray(
         raise InvalidConfigError(f"lake={lake!r}: give a tiering.Lake (its catalog properties go to the workers)")
     max_retries = check_int("max_retries", max_retries, minimum=0, hint="times a table's task is run again")
     shards = check_int("shards", shards, minimum=1, hint="tasks (bucket ranges) per table")
+    num_cpus = check_cpus(num_cpus)
     if not ray.is_initialized():
         raise InvalidConfigError("tier_on_ray runs on a Ray cluster: call ray.init(address=...) first")
     names = (

@@ -27,6 +27,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from fluss_lake._utils.arguments import check_seconds
 from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.metadata.conform import conform, to_frame
 from fluss_lake.metadata.descriptor import TableInfo
@@ -110,6 +111,7 @@ class RemoteConnection:
             raise InvalidConfigError(
                 f"serving.connect takes a grpc://host:port or grpc+tls://host:port URL, got {url!r}"
             )
+        check_seconds("timeout", timeout, optional=True, hint="seconds each call may take, or None")
         certs = tls_root_certs
         if isinstance(certs, str):
             certs = Path(certs).read_bytes()

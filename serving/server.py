@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 import fluss_lake as fl
+from fluss_lake._utils.arguments import check_int, check_seconds
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError, TableNotExistError
 from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.training import FeatureView, OnlineFeatures, online_features
@@ -145,11 +146,15 @@ class ServerConfig:
             )
         if (self.tls_cert is None) != (self.tls_key is None):
             raise InvalidConfigError("TLS needs both a certificate (--tls-cert) and its private key (--tls-key)")
+        check_int("port", self.port, minimum=0, hint="0 lets the OS pick a free port")
+        check_int("http_port", self.http_port, minimum=0, optional=True, hint="0 lets the OS pick a free port")
+        for name in ("port", "http_port"):
+            if (getattr(self, name) or 0) > 65535:
+                raise InvalidConfigError(f"{name}={getattr(self, name)}: a TCP port is at most 65535")
         for name in ("max_request_bytes", "max_request_rows", "max_command_bytes"):
-            if getattr(self, name) <= 0:
-                raise InvalidConfigError(f"{name} must be positive")
-        if self.request_timeout_s <= 0 or self.log_interval_s <= 0:
-            raise InvalidConfigError("request_timeout_s and log_interval_s must be positive")
+            check_int(name, getattr(self, name), minimum=1, hint="a size limit")
+        check_seconds("request_timeout_s", self.request_timeout_s)
+        check_seconds("log_interval_s", self.log_interval_s)
 
 
 class _Caller(flight.ServerMiddleware):
