@@ -43,6 +43,7 @@ from fluss_lake.exceptions import FlussLakeError, InvalidConfigError, TableNotEx
 from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.training import FeatureView, OnlineFeatures, online_features
 from serving.auth import Token, TokenSet
+from serving.coalesce import Coalescer
 from serving.errors import (
     AuthenticationError,
     MalformedRequestError,
@@ -250,6 +251,7 @@ class FlussLakeServer(flight.FlightServerBase):
         self._views: OrderedDict[tuple[str, int], FeatureView] = OrderedDict()
         self._write_locks: dict[str, threading.Lock] = {}
         self._schemas: dict[str, tuple[Any, pa.Schema | None]] = {}
+        self._coalescer = Coalescer()
         self._stopped = threading.Event()
         tls = config.tls_cert is not None
         scheme = "grpc+tls" if tls else "grpc+tcp"
@@ -504,9 +506,14 @@ class FlussLakeServer(flight.FlightServerBase):
         if command.get("log"):
             self._authorize(context, str(TablePath.of(command["log"])), write=True)
         request.check_time("computing features")
-        result = self.serve_features(
-            entities, views, now=command.get("now"), log=log_name, request_id=command.get("request_id")
-        )
+        now = command.get("now")
+        if log_name or now is not None:  # each answer logged under its own id, or at its own time: one call each
+            result = self.serve_features(entities, views, now=now, log=log_name, request_id=command.get("request_id"))
+        else:  # concurrent requests for the same views: one call for all (serving.coalesce)
+            key = tuple(json.dumps(d, sort_keys=True) for d in definitions)
+            result = self._coalescer.run(
+                key, entities, lambda rows: self.serve_features(rows, views, now=None, log=None, request_id=None)
+            )
         extra = [s.cast(pl.String).alias(f"{STATUS_PREFIX}{i}") for i, s in enumerate(result.status)]
         extra += [s.alias(f"{TIME_PREFIX}{i}") for i, s in enumerate(result.value_times)]
         return result.frame.hstack(extra) if command.get("with_status") else result.frame  # hstack: no query plan
