@@ -3,7 +3,7 @@ on random histories, in every time mode, with two views, TTLs, lazy scans and en
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import polars as pl
 import pytest
@@ -53,3 +53,38 @@ def test_key_chunks_refuses_what_is_not_a_count():
         with pytest.raises(InvalidConfigError, match="key_chunks"):
             training_set(entities, view, key_chunks=bad)
     assert training_set(entities, view, key_chunks=1)["v"].to_list() == [1]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), mode=st.sampled_from(["commit", "event", "event_committed"]), chunks=st.integers(2, 4),
+       shuffle=st.booleans())
+def test_bucket_range_passes_equal_the_in_memory_path(data, mode, chunks, shuffle):
+    """More buckets than passes: each pass is a range of buckets (the entity rows found by key), as exact."""
+    rows = data.draw(histories(keys=7, buckets=6))
+    ents = data.draw(entity_rows(rows))
+    frame = history_frame(rows)
+    if shuffle:
+        frame = frame.sample(fraction=1.0, shuffle=True, seed=2)
+    event = mode != "commit"
+    view = FeatureView(frame.lazy(), keys=["id"], features=["v"], prefix="a__", ttl=timedelta(microseconds=5),
+                       event_time="ev" if event else None, committed_only=mode == "event_committed")
+    entities = _entities(ents)
+    chunked = training_set(entities, view, key_chunks=chunks)
+    assert isinstance(chunked, pl.DataFrame) and chunked.equals(training_set(entities, view))
+    assert chunked["a__v"].to_list() == [
+        oracle_value(rows, k, t, ttl=5, event_time=event, committed_only=mode == "event_committed") for k, t in ents]
+
+
+def test_a_key_in_two_bucket_ranges_falls_back_to_key_hash_passes():
+    """Not a valid history (a key lives in one bucket), but no silent answer from half of its records: key 1's
+    records are in buckets 0 and 1, two passes' ranges; its entity row still sees its latest record (20)."""
+    at_ = [datetime(2026, 1, d, tzinfo=UTC) for d in (1, 2, 5, 6)]
+    history = pl.DataFrame({
+        "id": [1, 2, 1, 3], "v": [10, 30, 20, 40], "__change_type": ["+I", "+I", "+U", "+I"],
+        "__bucket": [0, 0, 1, 1], "__offset": [0, 1, 0, 1], "__timestamp": at_,
+    })
+    entities = pl.DataFrame({"id": [1, 2, 3, 4], "prediction_ts": [at_[3]] * 4})
+    view = FeatureView(history.lazy(), keys=["id"])
+    chunked = training_set(entities, view, key_chunks=2)
+    assert chunked["v"].to_list() == [20, 30, 40, None]
+    assert chunked.equals(training_set(entities, view))
