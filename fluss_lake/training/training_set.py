@@ -140,8 +140,10 @@ def _check_years(times: pl.Series) -> None:
     panics converting them. A LazyFrame's values are only seen when it is collected."""
     if not isinstance(times.dtype, pl.Date | pl.Datetime) or times.null_count() == times.len():
         return
-    years = times.dt.year()
-    if years.null_count() > times.null_count() or not (years.min() >= 1 and years.max() <= 9999):  # type: ignore[operator]
+    physical = times.to_physical()  # local time never runs backwards across a year: the extremes hold the range
+    ends = pl.Series([physical.min(), physical.max()], dtype=physical.dtype).cast(times.dtype)
+    years = ends.dt.year()
+    if years.null_count() or not (years.min() >= 1 and years.max() <= 9999):  # type: ignore[operator]
         raise SchemaMismatchError(
             f"prediction time column {times.name!r} has values outside the years 1 to 9999 (DATE and TIMESTAMP "
             "range); fix or drop those rows"
@@ -177,10 +179,11 @@ def _chunked(
     base: pl.DataFrame, schema: pl.Schema, views: list[FeatureView], unit: str, chunks: int, prediction: pl.Expr
 ) -> pl.DataFrame:
     """:func:`training_set` view by view, each in `chunks` passes over parts of its keys (bounded memory)."""
-    left = _narrow(base.lazy(), views, prediction).collect(engine="in-memory")
+    counts = [v.history.lazy().group_by(BUCKET).agg(pl.len().alias("n")).sort(BUCKET) for v in views]
+    left, *counted = pl.collect_all([_narrow(base.lazy(), views, prediction), *counts], engine="in-memory")
     parts = [base]
     for i, view in enumerate(views):
-        ranges = _bucket_ranges(view, chunks)
+        ranges = _bucket_ranges(counted[i], chunks)
         joined = None if ranges is None else _by_buckets(left, schema, view, i, unit, ranges)
         if joined is None:
             joined = _by_key_hash(left, schema, view, i, unit, chunks)
@@ -188,11 +191,11 @@ def _chunked(
     return pl.concat(parts, how="horizontal")
 
 
-def _bucket_ranges(view: FeatureView, chunks: int) -> list[tuple[int, int]] | None:
-    """`chunks` contiguous ranges of the history's buckets with about equal rows each (None if it has fewer
-    buckets than that). A key lives in one bucket, and lake history files are partitioned (or sorted) by bucket,
-    so a pass over a range reads only its files or row groups; one pass over the bucket column finds them."""
-    counts = view.history.lazy().group_by(BUCKET).agg(pl.len().alias("n")).sort(BUCKET).collect()
+def _bucket_ranges(counts: pl.DataFrame, chunks: int) -> list[tuple[int, int]] | None:
+    """`chunks` contiguous ranges of a history's buckets with about equal rows each, from its rows per bucket
+    (``__bucket``, ``n``, by bucket); None if it has fewer buckets than that. A key lives in one bucket, and lake
+    history files are partitioned (or sorted) by bucket, so a pass over a range reads only its files or row
+    groups."""
     if counts.height < chunks or counts.get_column(BUCKET).null_count():
         return None
     sizes = counts.get_column("n").cast(pl.Int64)
@@ -218,36 +221,33 @@ def _by_buckets(
         _right(view, i, unit, spec, rows=pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES) & pl.col(BUCKET).is_between(lo, hi))
         for lo, hi in ranges
     ]
-    taken = pl.repeat(False, left.height, dtype=pl.Boolean, eager=True)  # entity rows joined so far
+    taken = pl.repeat(False, left.height, dtype=pl.Boolean, eager=True)  # by row number: the rows joined so far
     pieces = []
     right = reads[0].collect(engine="in-memory")
     for c in range(len(reads)):  # one pass per range of buckets: a handful, not per row
-        mine = _has_key(left, right, spec)
-        if (taken & mine).any():
-            return None
-        taken = taken | mine
-        joined = _join_right(left.filter(mine).lazy(), right.lazy(), view, i, spec).select(_ROW, *view.output_names())
+        joined = _join_right(_with_key_in(left, right, spec), right.lazy(), view, i, spec)
+        joined = joined.select(_ROW, *view.output_names())
         if c + 1 < len(reads):  # the next range is read while this one is joined (two passes in memory at most)
             piece, right = pl.collect_all([joined, reads[c + 1]], engine="in-memory")
         else:
             piece = joined.collect(engine="in-memory")
+        rows = piece.get_column(_ROW)
+        if taken.gather(rows).any():
+            return None
+        taken.scatter(rows, True)
         pieces.append(piece)
     types = pieces[0].schema  # the rows of keys without records: nulls
-    pieces.append(left.filter(~taken).select(_ROW, *(pl.lit(None, types[n]).alias(n) for n in view.output_names())))
+    rest = left.filter(~taken.gather(left.get_column(_ROW)))
+    pieces.append(rest.select(_ROW, *(pl.lit(None, types[n]).alias(n) for n in view.output_names())))
     return pl.concat(pieces)
 
 
-def _has_key(left: pl.DataFrame, right: pl.DataFrame, spec: _Spec) -> pl.Series:
-    """For each entity row: whether `right` has a record of its key (False for a null key)."""
+def _with_key_in(left: pl.DataFrame, right: pl.DataFrame, spec: _Spec) -> pl.LazyFrame:
+    """The entity rows (in their order) whose key has a record in `right` (never a null key)."""
     if len(spec.by_left) == 1:
-        values = right.get_column(spec.by_right[0]).implode()
-        return left.select(pl.col(spec.by_left[0]).is_in(values).fill_null(False)).to_series()
-    mark = f"{_INTERNAL}has"
-    keys = right.select(spec.by_right).unique().with_columns(pl.lit(True).alias(mark))
-    found = left.select(spec.by_left).join(
-        keys, left_on=spec.by_left, right_on=spec.by_right, how="left", maintain_order="left"
-    )
-    return found.get_column(mark).fill_null(False)
+        return left.lazy().filter(pl.col(spec.by_left[0]).is_in(right.get_column(spec.by_right[0]).implode()))
+    keys = right.lazy().select(spec.by_right).unique()
+    return left.lazy().join(keys, left_on=spec.by_left, right_on=spec.by_right, how="semi", maintain_order="left")
 
 
 def _by_key_hash(
