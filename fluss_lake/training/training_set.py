@@ -400,10 +400,16 @@ def _log_ordered(history: pl.DataFrame, tn: str) -> bool:
         return True
     zero = pl.lit(0, dtype=pl.Int64)
     ordered = (pl.col(OFFSET).diff().fill_null(1) > zero) & (pl.col(tn).diff().cast(pl.Int64).fill_null(0) >= zero)
-    if PARTITION not in history.columns and history.get_column(BUCKET).is_sorted():
+    bucket = history.get_column(BUCKET)
+    if PARTITION not in history.columns and not bucket.null_count() and bucket.is_sorted():
         # each bucket's rows are one run (a lake file, a range of buckets): the same pairs as within each bucket,
-        # without grouping
-        return bool(history.select((pl.col(BUCKET).diff().fill_null(0) != 0) | ordered).to_series().all())
+        # compared without grouping (a null time or offset counts as in order, as above)
+        n = history.height
+        offset, time = history.get_column(OFFSET), history.get_column(tn)
+        fine = (bucket.slice(1) != bucket.slice(0, n - 1)) | (
+            (offset.slice(1) > offset.slice(0, n - 1)) & (time.slice(1) >= time.slice(0, n - 1))
+        )
+        return bool(fine.all())
     scope = [c for c in (PARTITION, BUCKET) if c in history.columns]
     return bool(history.select(ordered.over(scope).all()).item())
 

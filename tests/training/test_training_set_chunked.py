@@ -88,3 +88,19 @@ def test_a_key_in_two_bucket_ranges_falls_back_to_key_hash_passes():
     chunked = training_set(entities, view, key_chunks=2)
     assert chunked["v"].to_list() == [20, 30, 40, None]
     assert chunked.equals(training_set(entities, view))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), chunks=st.sampled_from([None, 2, 3]), swap=st.booleans())
+def test_history_sorted_by_bucket_equals_oracle(data, chunks, swap):
+    """A history sorted by bucket (as a lake file or a bucket range reads it), in log order within each bucket or
+    with two rows of a bucket swapped (then it is not in log order and gets sorted): the oracle's rows."""
+    rows = data.draw(histories(keys=5, buckets=3))
+    ents = data.draw(entity_rows(rows))
+    frame = history_frame(rows).sort("__bucket", "__offset")
+    if swap and frame.height > 1:
+        i = data.draw(st.integers(0, frame.height - 2))
+        frame = pl.concat([frame.slice(0, i), frame.slice(i + 1, 1), frame.slice(i, 1), frame.slice(i + 2)])
+    view = FeatureView(frame.lazy(), keys=["id"], features=["v"], ttl=timedelta(microseconds=4))
+    got = training_set(_entities(ents), view, key_chunks=chunks)
+    assert got["v"].to_list() == [oracle_value(rows, k, t, ttl=4) for k, t in ents]
