@@ -104,3 +104,18 @@ def test_history_sorted_by_bucket_equals_oracle(data, chunks, swap):
     view = FeatureView(frame.lazy(), keys=["id"], features=["v"], ttl=timedelta(microseconds=4))
     got = training_set(_entities(ents), view, key_chunks=chunks)
     assert got["v"].to_list() == [oracle_value(rows, k, t, ttl=4) for k, t in ents]
+
+
+def test_bucket_range_passes_with_two_key_columns_of_other_types():
+    """A two-column key whose entity columns are Categorical and Int32 (compared as String and Int64): each pass
+    finds its entity rows by both columns."""
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    history = pl.DataFrame({"region": ["eu", "eu", "us"], "n": [1, 2, 1], "score": [0.1, 0.2, 0.3],
+                            "__change_type": ["+I"] * 3, "__bucket": [0, 1, 0], "__offset": [0, 0, 1],
+                            "__timestamp": [t] * 3})
+    entities = pl.DataFrame({"r": ["us", "eu", "eu", None], "num": pl.Series([1, 2, 3, 1], dtype=pl.Int32),
+                             "prediction_ts": [t] * 4}).with_columns(pl.col("r").cast(pl.Categorical))
+    view = FeatureView(history.lazy(), keys=["region", "n"], entity_keys=["r", "num"], prefix="geo__")
+    chunked = training_set(entities, view, key_chunks=2)
+    assert chunked["geo__score"].to_list() == [0.3, 0.2, None, None]
+    assert chunked.equals(training_set(entities, view))
