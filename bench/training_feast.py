@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> None:
                         times["ours"].append(time.perf_counter() - start)
                     else:
                         times["feast"].append(feast_run(keep=False))
+                    log(f"  repeat {repeat + 1} {system}: {times[system][-1]:.3f} s")
         finally:
             child.stdin.close()
             child.wait(timeout=60)

@@ -8,7 +8,8 @@ runs in its own fresh process, so its peak memory is its own (``VmHWM``, the pea
 anonymous memory, not file pages). Imports happen before the clock starts:
 
 - ours: ``training_set(entities, views, key_chunks=N)`` with the views on ``pl.scan_parquet`` of the files (each
-  pass reads only its key range of a history);
+  pass reads only its range of buckets of a history: the files are in log order per bucket, so sorted by
+  ``__bucket``, and row-group statistics prune the rest);
 - DuckDB: two ``ASOF LEFT JOIN`` over ``read_parquet`` of the same files with ``CASE`` masks, ``ORDER BY`` the
   row number, fetched as Arrow (DuckDB's default memory limit, spilling to a temp folder if it needs to).
 
@@ -160,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     def extra(p: argparse.ArgumentParser) -> None:
         p.add_argument("--entity-rows", type=int, default=None, help="entity rows (default 1M; 20k quick)")
         p.add_argument("--entities", type=int, default=None, help="distinct keys per table (default rows / 100)")
-        p.add_argument("--key-chunks", type=int, default=8, help="ours: key ranges joined one at a time (8)")
+        p.add_argument("--key-chunks", type=int, default=8, help="ours: passes per view (ranges of buckets) joined one at a time (8)")
         p.add_argument("--child", choices=("ours", "duckdb"), default=None, help=argparse.SUPPRESS)
         p.add_argument("--dir", default=None, help=argparse.SUPPRESS)
         p.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)

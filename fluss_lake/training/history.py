@@ -88,6 +88,8 @@ def check_history(schema: Mapping[str, pl.DataType], *, what: str, needed: tuple
 def time_expr(column: str | pl.Expr, dtype: pl.DataType, *, unit: str, what: str) -> pl.Expr:
     """`column` as a UTC Datetime in `unit`; naive datetimes and dates count as UTC."""
     expr = pl.col(column) if isinstance(column, str) else column
+    if dtype == pl.Datetime(unit, "UTC"):  # type: ignore[arg-type]
+        return expr  # already UTC in `unit`: no pass over the column
     if isinstance(dtype, pl.Datetime):
         expr = expr.dt.replace_time_zone("UTC") if dtype.time_zone is None else expr.dt.convert_time_zone("UTC")
         return expr.cast(pl.Datetime(unit, "UTC"))  # type: ignore[arg-type]
