@@ -176,7 +176,10 @@ def _frames(
     run: list[LogBatch] = []
     held = 0
     for batch in tablet.read(start, end, columns=read_cols, header_filter=header_filter):
-        if run and (not coalesce or held >= _COALESCE_ROWS or not batch.rows.schema.equals(run[0].rows.schema)):
+        if not coalesce:  # streaming: each batch leaves before the next one is decoded
+            yield finish([batch])
+            continue
+        if run and (held >= _COALESCE_ROWS or not batch.rows.schema.equals(run[0].rows.schema)):
             yield finish(run)
             run, held = [], 0
         run.append(batch)
