@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> None:
     kw = {"interval_s": args.interval_ms / 1e3, "customers": CUSTOMERS, "seed": 0}
     reporter = Reporter(BENCH)
     rows = measure(rates, seconds, poll_s=args.poll_ms / 1e3, pathway=False if args.no_peer else args.pathway_python,
-                   tmpdir=args.tmpdir, warmup_s=0.0 if args.quick else args.warmup_s, baseline=args.baseline, **kw)
+                   tmpdir=args.tmpdir, warmup_s=0.0 if args.quick else args.warmup_s, baseline=os.path.abspath(args.baseline) if args.baseline else None, **kw)
     error = next((r["error"] for r in rows if "error" in r), None)
     by = {(r["contender"], r["join"], r["rate"]): r for r in rows if "error" not in r}
     for (who, join, rate), r in sorted(by.items()):
