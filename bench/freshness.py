@@ -125,7 +125,8 @@ def child_job(payload: dict) -> dict:
         idle += 1
         time.sleep(poll)
     np.savez(payload["out"], times=np.asarray(times), ends=np.asarray(ends, dtype=np.int64).reshape(-1, BUCKETS))
-    return {"steps": steps, "idle_polls": idle, "busy_s": round(busy, 3), "longest_step_s": round(longest, 3)}
+    return {"steps": steps, "idle_polls": idle, "busy_s": round(busy, 3), "longest_step_s": round(longest, 3),
+            "cpu_s": round(time.process_time(), 3)}
 
 
 def child_writer(payload: dict) -> dict:
@@ -175,7 +176,7 @@ def child_writer(payload: dict) -> dict:
         written += owed
     np.save(payload["out"], np.asarray(rows, dtype=np.float64).reshape(-1, 4))
     return {"events": written, "customer_updates": cust_written, "batches": len(rows), "longest_batch_s": longest,
-            "elapsed_s": time.perf_counter() - start}
+            "elapsed_s": time.perf_counter() - start, "cpu_s": round(time.process_time(), 3)}
 
 
 def _spawn(function: str, payload: dict, code_root: str | None = None) -> subprocess.Popen:
