@@ -4,7 +4,6 @@ per-bucket sequence number until committed (so ``flush`` after a retriable error
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 
 import numpy as np
 import polars as pl
@@ -16,7 +15,6 @@ from fluss_lake.metadata.partition import PartitionInfo
 from fluss_lake.runtime.maintenance import maybe_maintain
 from fluss_lake.runtime.table_runtime import TableRuntime
 from fluss_lake.runtime.tablet_set import TabletSet
-from fluss_lake.write.bucket_commits import commit_side_by_side
 from fluss_lake.write.partition_router import PARTITION_COLUMN, route_partitions
 from fluss_lake.write.write_result import WriteResult
 
@@ -99,40 +97,25 @@ class BatchingWriter:
         return result.combine(self._commit_pending())
 
     def _commit_pending(self) -> WriteResult:
-        """Commit every pending batch, its buckets side by side (:mod:`~fluss_lake.write.bucket_commits`),
-        forgetting each once it is in the log; a bucket that failed stays pending for the next flush (the first
-        failure is raised, after every other bucket's commit ended)."""
+        """Commit every pending batch, forgetting each once it is in the log."""
+        offsets: dict = {}
+        records = rows_sent = 0
         checked: set[str] = set()
-        slots = list(self._pending)
-        for name, _ in slots:
+        for slot, (rows, seq) in list(self._pending.items()):
+            name, bucket = slot
+            target = self._targets[name]
             if name is not None and name not in checked:
                 try:
-                    self._targets[name].check_alive()
+                    target.check_alive()
                 except PartitionNotExistError:
                     self.runtime.forget(name)
                     raise
                 checked.add(name)
-
-        def commit(slot: tuple[str | None, int]) -> Callable[[], BatchHeader]:
-            rows, seq = self._pending[slot]
-            return lambda: self._commit(self._targets[slot[0]], slot[1], rows, seq)
-
-        outcomes = commit_side_by_side([commit(slot) for slot in slots])
-        offsets: dict = {}
-        records = rows_sent = 0
-        failed: list[BaseException] = []
-        for slot, outcome in zip(slots, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                failed.append(outcome)
-                continue
-            name, bucket = slot
-            offsets[bucket if name is None else slot] = (outcome.base_offset, outcome.next_offset)
-            records += outcome.record_count
-            rows_sent += self._pending.pop(slot)[0].height
-        if failed:
-            for other in failed[1:]:
-                failed[0].add_note(f"another bucket of this write failed too: {type(other).__name__}: {other}")
-            raise failed[0]
+            header = self._commit(target, bucket, rows, seq)
+            offsets[bucket if name is None else slot] = (header.base_offset, header.next_offset)
+            records += header.record_count
+            rows_sent += rows.height
+            del self._pending[slot]
         return WriteResult(rows_sent, records, offsets)
 
     def __enter__(self) -> BatchingWriter:
