@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> None:
             for stat in ("p50", "p99", "max"):
                 if ours is not None:
                     reporter.add(Result(BENCH, f"{join} join, R={fmt_num(rate)}/s, this checkout vs before",
-                                        f"{stat}_latency_s", ours[stat], f"{BASELINE} ({args.baseline})", r[stat],
+                                        f"{stat}_latency_s", ours[stat], f"{BASELINE} ({os.path.basename(os.path.normpath(args.baseline))})", r[stat],
                                         False, r["events"], 1, (),
                                         note=f"achieved {fmt_num(ours['achieved'])}/s, before {fmt_num(r['achieved'])}/s"))
             continue
