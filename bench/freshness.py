@@ -404,19 +404,21 @@ def main(argv: list[str] | None = None) -> None:
     seconds = args.seconds or (4.0 if args.quick else 25.0)
     kw = {"interval_s": args.interval_ms / 1e3, "customers": CUSTOMERS, "seed": 0}
     reporter = Reporter(BENCH)
+    baseline = os.path.abspath(args.baseline) if args.baseline else None
     rows = measure(rates, seconds, poll_s=args.poll_ms / 1e3, pathway=False if args.no_peer else args.pathway_python,
-                   tmpdir=args.tmpdir, warmup_s=0.0 if args.quick else args.warmup_s, baseline=os.path.abspath(args.baseline) if args.baseline else None, **kw)
+                   tmpdir=args.tmpdir, warmup_s=0.0 if args.quick else args.warmup_s, baseline=baseline, **kw)
     error = next((r["error"] for r in rows if "error" in r), None)
     by = {(r["contender"], r["join"], r["rate"]): r for r in rows if "error" not in r}
     for (who, join, rate), r in sorted(by.items()):
         if who == BASELINE:
             ours = by.get(("fluss-lake", join, rate))
+            label = f"{BASELINE} ({os.path.basename(os.path.normpath(baseline or ''))})"
             for stat in ("p50", "p99", "max"):
                 if ours is not None:
                     reporter.add(Result(BENCH, f"{join} join, R={fmt_num(rate)}/s, this checkout vs before",
-                                        f"{stat}_latency_s", ours[stat], f"{BASELINE} ({os.path.basename(os.path.normpath(args.baseline))})", r[stat],
-                                        False, r["events"], 1, (),
-                                        note=f"achieved {fmt_num(ours['achieved'])}/s, before {fmt_num(r['achieved'])}/s"))
+                                        f"{stat}_latency_s", ours[stat], label, r[stat], False, r["events"], 1, (),
+                                        note=f"achieved {fmt_num(ours['achieved'])}/s, "
+                                        f"before {fmt_num(r['achieved'])}/s"))
             continue
         if who != "fluss-lake":
             continue

@@ -15,7 +15,8 @@ def test_a_reader_catching_up_with_small_batches_has_the_writers_state_and_offse
     writer_conn.create_database("d")
     writer_conn.create_table("d.pk", schema={"k": "INT", "v": "BIGINT"}, primary_key=["k"], bucket_num=2)
     reader = fl.connect(tmp_path).get_table("d.pk")
-    assert reader.lookup([{"k": 1}], with_found=True)["_found"].to_list() == [False]  # the reader's tablets are open (empty) before the writes
+    # the reader's tablets are open (empty) before the writes
+    assert reader.lookup([{"k": 1}], with_found=True)["_found"].to_list() == [False]
     table = writer_conn.get_table("d.pk")
     for i in range(25):  # small batches: several per bucket between two looks of the reader
         table.upsert([{"k": k, "v": i * 100 + k} for k in range(i % 7, i % 7 + 5)])
