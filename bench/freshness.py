@@ -53,6 +53,7 @@ PATHWAY_VERSION = "0.33.0"
 PEER = f"pathway {PATHWAY_VERSION}"
 P99_BOUND_S = 1.0
 GOAL_P99_S = 0.100
+BASELINE = "fluss-lake before"
 _HERE = Path(__file__).resolve().parent
 _PATHWAY_SCRIPT = _HERE / "_freshness_pathway.py"
 
@@ -124,7 +125,8 @@ def child_job(payload: dict) -> dict:
         idle += 1
         time.sleep(poll)
     np.savez(payload["out"], times=np.asarray(times), ends=np.asarray(ends, dtype=np.int64).reshape(-1, BUCKETS))
-    return {"steps": steps, "idle_polls": idle, "busy_s": round(busy, 3), "longest_step_s": round(longest, 3)}
+    return {"steps": steps, "idle_polls": idle, "busy_s": round(busy, 3), "longest_step_s": round(longest, 3),
+            "cpu_s": round(time.process_time(), 3)}
 
 
 def child_writer(payload: dict) -> dict:
@@ -174,13 +176,18 @@ def child_writer(payload: dict) -> dict:
         written += owed
     np.save(payload["out"], np.asarray(rows, dtype=np.float64).reshape(-1, 4))
     return {"events": written, "customer_updates": cust_written, "batches": len(rows), "longest_batch_s": longest,
-            "elapsed_s": time.perf_counter() - start}
+            "elapsed_s": time.perf_counter() - start, "cpu_s": round(time.process_time(), 3)}
 
 
-def _spawn(function: str, payload: dict) -> subprocess.Popen:
+def _spawn(function: str, payload: dict, code_root: str | None = None) -> subprocess.Popen:
+    """Run `function` of this module in a child; with `code_root`, fluss_lake is imported from that checkout (the
+    "before" of an A/B: same bench, same machine, same run)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(_HERE.parent), *filter(None, [env.get("PYTHONPATH")])])
-    code = (f"import json, sys; from bench.freshness import {function}; "
+    # the other checkout's fluss_lake is imported first (then its folder leaves sys.path: the bench is this one's)
+    first = (f"sys.path.insert(0, {code_root!r}); import fluss_lake; sys.path.pop(0); "
+             f"assert fluss_lake.__file__.startswith({code_root!r}); ") if code_root else ""
+    code = (f"import json, sys; {first}from bench.freshness import {function}; "
             f"print(json.dumps({function}(json.loads(sys.argv[1]))))")
     return subprocess.Popen([sys.executable, "-c", code, json.dumps(payload)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -224,14 +231,15 @@ def _latencies(path: str, table: str, steps_file: str, commit_times: np.ndarray,
 
 
 def run_ours(rate: int, seconds: float, *, interval_s: float, customers: int, seed: int, poll_s: float,
-             tmpdir: str | None = None) -> dict[str, Any]:
-    """One run of our pipeline at `rate`: latency arrays per join, and the rates achieved."""
+             tmpdir: str | None = None, code_root: str | None = None) -> dict[str, Any]:
+    """One run of our pipeline at `rate`: latency arrays per join, and the rates achieved (writer and jobs importing
+    fluss_lake from `code_root` when given)."""
     with temp_store_dir(tmpdir, prefix="fluss-fresh-") as path:
         _setup(path, customers)
         files = {k: os.path.join(path, f"_{k}") for k in ("ready_delta", "ready_lookup", "stop")}
         jobs = {kind: _spawn("child_job", {"path": path, "kind": kind, "ready": files[f"ready_{kind}"],
                                             "stop": files["stop"], "poll_s": poll_s,
-                                            "out": os.path.join(path, f"_steps_{kind}.npz")})
+                                            "out": os.path.join(path, f"_steps_{kind}.npz")}, code_root)
                 for kind in ("delta", "lookup")}
         procs = list(jobs.values())
         try:
@@ -243,7 +251,7 @@ def run_ours(rate: int, seconds: float, *, interval_s: float, customers: int, se
                 time.sleep(0.05)
             writer = _spawn("child_writer", {"path": path, "rate": rate, "seconds": seconds,
                                              "interval_s": interval_s, "customers": customers, "seed": seed,
-                                             "out": os.path.join(path, "_writes.npy")})
+                                             "out": os.path.join(path, "_writes.npy")}, code_root)
             procs.append(writer)
             wrote = _collect(writer, "writer", timeout=seconds + 600)
             Path(files["stop"]).touch()
@@ -318,10 +326,11 @@ def percentiles(lat: np.ndarray, expected: int, skip: int = 0) -> dict[str, floa
 
 def measure(rates: list[int], seconds: float, *, interval_s: float = 0.01, customers: int = CUSTOMERS,
             seed: int = 0, poll_s: float = 0.002, pathway: str | bool | None = None,
-            tmpdir: str | None = None, warmup_s: float = 0.0) -> list[dict[str, Any]]:
+            tmpdir: str | None = None, warmup_s: float = 0.0, baseline: str | None = None) -> list[dict[str, Any]]:
     """Latency percentiles per contender, join and rate: rows with contender/join/rate/achieved/p50/p99/max/missing
     (seconds). `pathway`: an interpreter with pathway, None to find or create its venv, False to leave it out;
-    events of the first `warmup_s` seconds are left out of the percentiles (both contenders alike)."""
+    events of the first `warmup_s` seconds are left out of the percentiles (both contenders alike); `baseline`: another
+    checkout of fluss-lake run as a third contender (``BASELINE``), right after ours at each rate."""
     rows: list[dict[str, Any]] = []
     python, why = (None, "left out") if pathway is False else pathway_python(pathway or None)  # type: ignore[arg-type]
     if python is None:
@@ -329,6 +338,9 @@ def measure(rates: list[int], seconds: float, *, interval_s: float = 0.01, custo
     for rate in rates:
         runs = {"fluss-lake": lambda r=rate: run_ours(r, seconds, interval_s=interval_s, customers=customers,
                                                       seed=seed, poll_s=poll_s, tmpdir=tmpdir)}
+        if baseline:
+            runs[BASELINE] = lambda r=rate: run_ours(r, seconds, interval_s=interval_s, customers=customers,
+                                                     seed=seed, poll_s=poll_s, tmpdir=tmpdir, code_root=baseline)
         if python is not None:
             runs[PEER] = lambda r=rate: run_pathway(python, r, seconds, interval_s=interval_s,  # type: ignore[misc]
                                                     customers=customers, seed=seed)
@@ -385,16 +397,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pathway-python", default=None, help="an interpreter that has pathway installed")
     parser.add_argument("--no-peer", action="store_true", help="our side only (says so in the output)")
     parser.add_argument("--tmpdir", default=None, help="parent folder for the temporary store (local disk)")
+    parser.add_argument("--baseline", default=None, metavar="CHECKOUT",
+                        help="also run our pipeline with fluss_lake imported from this checkout (a before/after A/B)")
     args = parser.parse_args(argv)
     rates = [int(r) for r in args.rates.split(",")] if args.rates else ([2_000] if args.quick else [10_000, 50_000])
     seconds = args.seconds or (4.0 if args.quick else 25.0)
     kw = {"interval_s": args.interval_ms / 1e3, "customers": CUSTOMERS, "seed": 0}
     reporter = Reporter(BENCH)
+    baseline = os.path.abspath(args.baseline) if args.baseline else None
     rows = measure(rates, seconds, poll_s=args.poll_ms / 1e3, pathway=False if args.no_peer else args.pathway_python,
-                   tmpdir=args.tmpdir, warmup_s=0.0 if args.quick else args.warmup_s, **kw)
+                   tmpdir=args.tmpdir, warmup_s=0.0 if args.quick else args.warmup_s, baseline=baseline, **kw)
     error = next((r["error"] for r in rows if "error" in r), None)
     by = {(r["contender"], r["join"], r["rate"]): r for r in rows if "error" not in r}
     for (who, join, rate), r in sorted(by.items()):
+        if who == BASELINE:
+            ours = by.get(("fluss-lake", join, rate))
+            label = f"{BASELINE} ({os.path.basename(os.path.normpath(baseline or ''))})"
+            for stat in ("p50", "p99", "max"):
+                if ours is not None:
+                    reporter.add(Result(BENCH, f"{join} join, R={fmt_num(rate)}/s, this checkout vs before",
+                                        f"{stat}_latency_s", ours[stat], label, r[stat], False, r["events"], 1, (),
+                                        note=f"achieved {fmt_num(ours['achieved'])}/s, "
+                                        f"before {fmt_num(r['achieved'])}/s"))
+            continue
         if who != "fluss-lake":
             continue
         peer = by.get((PEER, join, rate))

@@ -31,7 +31,7 @@ from fluss_lake.kv.kv_snapshot import KvSnapshots
 from fluss_lake.kv.kv_store import OFFSET_COLUMN, TS_COLUMN, KvStore
 from fluss_lake.kv.merge.row_merger import EMIT_DELETE, EMIT_INSERT, EMIT_NOTHING, EMIT_UPDATE, MergeRound, RowMerger
 from fluss_lake.kv.row_gather import take_rows
-from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, delete_count, encode_batch
+from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, LogBatch, delete_count, encode_batch
 from fluss_lake.log.log_tablet import LogTablet
 
 __all__ = ["KvTablet", "ChangeImage"]
@@ -174,25 +174,42 @@ class KvTablet:
                 offsets=(end, self.applied),
             )
         if end > self.applied:
-            frames, rows = [], 0
+            frames: list[pl.DataFrame] = []
+            run: list[LogBatch] = []  # consecutive batches with the same columns: converted as one frame
+            rows = 0
             for batch in self.log.read(self.applied, end):
-                if batch.rows.num_rows:
-                    frame = self._conform(pl.from_arrow(batch.rows))  # type: ignore[arg-type]
-                    base = batch.header.base_offset
-                    frames.append(
-                        frame.with_columns(
-                            pl.lit(batch.header.commit_ts, pl.Int64).alias(TS_COLUMN),
-                            pl.Series(OFFSET_COLUMN, np.arange(base, base + batch.rows.num_rows, dtype=np.int64)),
-                        )
-                    )
-                    rows += batch.rows.num_rows
+                if not batch.rows.num_rows:
+                    continue
+                if run and not batch.rows.schema.equals(run[0].rows.schema):
+                    frames.append(self._changelog_frame(run))
+                    run = []
+                run.append(batch)
+                rows += batch.rows.num_rows
                 if rows >= _REPLAY_CHUNK_ROWS:
+                    frames.append(self._changelog_frame(run))
                     self._apply_changelog(pl.concat(frames, how="vertical_relaxed"))
-                    frames, rows = [], 0
+                    frames, run, rows = [], [], 0
+            if run:
+                frames.append(self._changelog_frame(run))
             if frames:
-                self._apply_changelog(pl.concat(frames, how="vertical_relaxed"))
+                self._apply_changelog(pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0])
             self.applied = end
         return end
+
+    def _changelog_frame(self, run: Sequence[LogBatch]) -> pl.DataFrame:
+        """Changelog rows of consecutive batches with the same columns, with their commit times and offsets: one
+        conversion for the run (a process catching up with many small batches pays it once, not per batch)."""
+        table = run[0].rows if len(run) == 1 else pa.concat_tables([b.rows for b in run])
+        frame = self._conform(pl.from_arrow(table))  # type: ignore[arg-type]
+        counts = np.fromiter((b.rows.num_rows for b in run), dtype=np.int64, count=len(run))
+        bases = np.fromiter((b.header.base_offset for b in run), dtype=np.int64, count=len(run))
+        stamps = np.fromiter((b.header.commit_ts for b in run), dtype=np.int64, count=len(run))
+        starts = np.cumsum(counts) - counts
+        offsets = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(bases - starts, counts)
+        return frame.with_columns(
+            pl.Series(TS_COLUMN, np.repeat(stamps, counts), dtype=pl.Int64),
+            pl.Series(OFFSET_COLUMN, offsets),
+        )
 
     def _conform(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Changelog rows with the current schema (columns added later are null)."""

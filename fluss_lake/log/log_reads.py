@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from fluss_lake.exceptions import InvalidConfigError, OffsetOutOfRangeError
 from fluss_lake.log.filters import Filters, may_match, normalize_filters, to_expression
@@ -41,11 +42,34 @@ _CHANGE_NAMES = pl.Series("_change_type", CHANGE_TYPE_NAMES, dtype=_CHANGE_ENUM)
 
 def _batch_frame(source: LogSource, bucket: int, batch: LogBatch, columns: Sequence[str]) -> pl.DataFrame:
     """A decoded batch as rows with system columns and the projected table columns (padded to the schema)."""
-    frame = pl.from_arrow(batch.rows)
+    return _batches_frame(source, bucket, [batch], columns)
+
+
+def _batches_frame(
+    source: LogSource, bucket: int, batches: Sequence[LogBatch], columns: Sequence[str], start: int = 0
+) -> pl.DataFrame:
+    """Consecutive decoded batches of one bucket with the same Arrow schema as one frame of rows with system
+    columns and the projected table columns (padded to the schema); rows before `start` were cut off by the read.
+
+    One decode into Polars and one set of system columns for the whole run: a step that reads many small batches
+    pays the per-frame costs once, not once per batch."""
+    first = batches[0].rows
+    rows = first if len(batches) == 1 else pa.concat_tables([b.rows for b in batches])
+    frame = pl.from_arrow(rows)
     assert isinstance(frame, pl.DataFrame)
-    n = batch.rows.num_rows  # a projection may leave no column of an older batch: count rows on the batch
-    header = batch.header
-    base = header.base_offset
+    counts = np.fromiter((b.rows.num_rows for b in batches), dtype=np.int64, count=len(batches))
+    # a projection may leave no column of an older batch: count rows on the batches
+    n = int(counts.sum())
+    firsts = np.fromiter(
+        (max(b.header.base_offset, start) for b in batches), dtype=np.int64, count=len(batches)
+    )  # read() cut the head of a batch that starts before `start`
+    if len(batches) == 1:
+        offsets = np.arange(firsts[0], firsts[0] + n, dtype=np.int64)
+        stamps = np.full(n, batches[0].header.commit_ts, dtype=np.int64)
+    else:
+        ends = np.cumsum(counts)
+        offsets = np.arange(n, dtype=np.int64) + np.repeat(firsts - (ends - counts), counts)
+        stamps = np.repeat(np.fromiter((b.header.commit_ts for b in batches), dtype=np.int64), counts)
     if CHANGE_TYPE_COLUMN in frame.columns:  # the Enum's categories are the codes' names: a gather, no strings
         change = _CHANGE_NAMES.gather(frame.get_column(CHANGE_TYPE_COLUMN).cast(pl.UInt32))
     else:  # a log table: every record is +A (a constant column, no per-row strings)
@@ -57,13 +81,12 @@ def _batch_frame(source: LogSource, bucket: int, batch: LogBatch, columns: Seque
             cols.append(frame.get_column(name))
         else:
             cols.append(pl.Series(name, [None] * n, dtype=schema.column(name).dtype))
-    offsets = pl.Series("_offset", np.arange(base, base + n, dtype=np.int64))
     return pl.DataFrame(
         [
             pl.Series("_bucket", np.full(n, bucket, dtype=np.int32)),
-            offsets,
+            pl.Series("_offset", offsets),
             change,
-            pl.Series("_commit_timestamp", np.full(n, header.commit_ts, dtype=np.int64)).cast(pl.Datetime("ms", "UTC")),
+            pl.Series("_commit_timestamp", stamps).cast(pl.Datetime("ms", "UTC")),
             *cols,
         ]
     )
@@ -93,8 +116,9 @@ def read_range(
     stats_needed: set[str],
     kinds: frozenset[str] | None = None,
 ) -> list[pl.DataFrame]:
-    """Frames for ``[start, end)`` of one bucket with batch skipping and exact row filtering."""
-    return list(iter_range(source, bucket, start, end, columns, groups, stats_needed, kinds))
+    """Frames for ``[start, end)`` of one bucket with batch skipping and exact row filtering: one frame per run of
+    consecutive batches with the same columns (many small batches cost one conversion, not one each)."""
+    return list(_frames(source, bucket, start, end, columns, groups, stats_needed, kinds, coalesce=True))
 
 
 def iter_range(
@@ -108,6 +132,27 @@ def iter_range(
     kinds: frozenset[str] | None = None,
 ) -> Iterator[pl.DataFrame]:
     """:func:`read_range` one batch at a time (a streaming scan holds one decoded batch, not the bucket)."""
+    return _frames(source, bucket, start, end, columns, groups, stats_needed, kinds, coalesce=False)
+
+
+#: A run of coalesced batches is converted once it holds this many records (bounded reads are bounded by their
+#: caller; this only keeps one conversion's working copy moderate).
+_COALESCE_ROWS = 1 << 20
+
+
+def _frames(
+    source: LogSource,
+    bucket: int,
+    start: int,
+    end: int,
+    columns: Sequence[str],
+    groups: list,
+    stats_needed: set[str],
+    kinds: frozenset[str] | None,
+    *,
+    coalesce: bool,
+) -> Iterator[pl.DataFrame]:
+    """The frames of ``[start, end)``: per batch, or per run of batches with the same Arrow schema (`coalesce`)."""
     tablet = source.log_tablet(bucket)
     deletes_only = kinds is not None and kinds <= {"-D"}
     header_filter = None
@@ -121,14 +166,26 @@ def iter_range(
     if kinds is not None:
         kind_expr = pl.col("_change_type").is_in(sorted(kinds))
         expr = kind_expr if expr is None else expr & kind_expr
-    # batch offsets must be computed on the unsliced batch: slice after building the frame
-    for batch in tablet.read(start, end, columns=read_cols, header_filter=header_filter):
-        frame = _batch_frame(source, bucket, batch, read_cols)
-        if start > batch.header.base_offset:  # read() cut the head; fix offsets
-            frame = frame.with_columns(pl.col("_offset") + (start - batch.header.base_offset))
+
+    def finish(run: list[LogBatch]) -> pl.DataFrame:
+        frame = _batches_frame(source, bucket, run, read_cols, start)
         if expr is not None:
             frame = frame.filter(expr)
-        yield frame.select(*SYSTEM_COLUMNS, *columns)
+        return frame.select(*SYSTEM_COLUMNS, *columns)
+
+    run: list[LogBatch] = []
+    held = 0
+    for batch in tablet.read(start, end, columns=read_cols, header_filter=header_filter):
+        if not coalesce:  # streaming: each batch leaves before the next one is decoded
+            yield finish([batch])
+            continue
+        if run and (held >= _COALESCE_ROWS or not batch.rows.schema.equals(run[0].rows.schema)):
+            yield finish(run)
+            run, held = [], 0
+        run.append(batch)
+        held += batch.rows.num_rows
+    if run:
+        yield finish(run)
 
 
 def read_buckets(
