@@ -230,6 +230,33 @@ def client_ours_single(payload: dict[str, Any]) -> dict[str, Any]:
     return _timed_loop(payload, request)
 
 
+class _EmptyFlightServer:
+    """A Python Flight server whose action answers nothing (the transport's floor; made in the child process)."""
+
+    @staticmethod
+    def serve(port: int) -> None:
+        import pyarrow.flight as flight
+
+        class Empty(flight.FlightServerBase):
+            def do_action(self, context: Any, action: Any) -> Any:
+                return iter([flight.Result(b"")])
+
+        Empty(f"grpc://127.0.0.1:{port}").serve()
+
+
+def client_flight_floor(payload: dict[str, Any]) -> dict[str, Any]:
+    """One empty Flight action a request: what pyarrow Flight alone costs a Python client and server."""
+    import pyarrow.flight as flight
+
+    client = flight.connect(f"grpc://127.0.0.1:{payload['floor_port']}")
+    action = flight.Action("empty", b"")
+
+    def request(i: int) -> None:
+        list(client.do_action(action))
+
+    return _timed_loop(payload, request)
+
+
 def client_redis_single(payload: dict[str, Any]) -> dict[str, Any]:
     import redis
 
@@ -545,6 +572,21 @@ def main(argv: list[str] | None = None) -> None:
                                     (Target("value", "<=", 1000.0, "p99 <= 1 ms"),)))
             if not peers:
                 log(f"  single key: ours p50 {p50:.0f} us, p99 {p99:.0f} us; no peer ran")
+            # the floor of the transport: an empty action on a Python Flight server, the same clients
+            floor_port = free_port()
+            floor_cmd = [sys.executable, "-c", f"from bench.serving import _EmptyFlightServer as S; S.serve({floor_port})"]
+            with started(floor_cmd, env=env, log_path=os.path.join(work, "floor.log")):
+                import pyarrow.flight as flight
+
+                _wait(lambda: list(flight.connect(f"grpc://127.0.0.1:{floor_port}").do_action(
+                    flight.Action("empty", b""))) is not None, "the empty Flight server")
+                floor = run_clients("client_flight_floor", {**common, "floor_port": floor_port}, clients)
+            log(f"  transport floor (an empty action on a Python Flight server, {clients} clients): p50 "
+                f"{_percentile(floor, 50) * 1e6:.0f} us, p99 {_percentile(floor, 99) * 1e6:.0f} us, "
+                f"{_throughput(floor, 1):,.0f} requests/s; ours single key p50 {p50:.0f} us, p99 {p99:.0f} us")
+            reporter.add(Result(BENCH, f"single key p99 against the transport floor, {clients} clients", "us", p99,
+                                "empty pyarrow Flight action (Python server)", _percentile(floor, 99) * 1e6, False,
+                                rows, clients))
             # online features
             ours = run_clients("client_ours_online", common, clients)
             ours_rps = _throughput(ours, 1)
