@@ -118,7 +118,12 @@ def read_range(
 ) -> list[pl.DataFrame]:
     """Frames for ``[start, end)`` of one bucket with batch skipping and exact row filtering: one frame per run of
     consecutive batches with the same columns (many small batches cost one conversion, not one each)."""
-    return list(_frames(source, bucket, start, end, columns, groups, stats_needed, kinds, coalesce=True))
+    return list(iter_range(source, bucket, start, end, columns, groups, stats_needed, kinds, coalesce=True))
+
+
+#: A run of coalesced batches is converted once it holds this many records (bounded reads are bounded by their
+#: caller; this only keeps one conversion's working copy moderate).
+_COALESCE_ROWS = 1 << 20
 
 
 def iter_range(
@@ -130,29 +135,11 @@ def iter_range(
     groups: list,
     stats_needed: set[str],
     kinds: frozenset[str] | None = None,
-) -> Iterator[pl.DataFrame]:
-    """:func:`read_range` one batch at a time (a streaming scan holds one decoded batch, not the bucket)."""
-    return _frames(source, bucket, start, end, columns, groups, stats_needed, kinds, coalesce=False)
-
-
-#: A run of coalesced batches is converted once it holds this many records (bounded reads are bounded by their
-#: caller; this only keeps one conversion's working copy moderate).
-_COALESCE_ROWS = 1 << 20
-
-
-def _frames(
-    source: LogSource,
-    bucket: int,
-    start: int,
-    end: int,
-    columns: Sequence[str],
-    groups: list,
-    stats_needed: set[str],
-    kinds: frozenset[str] | None,
     *,
-    coalesce: bool,
+    coalesce: bool = False,
 ) -> Iterator[pl.DataFrame]:
-    """The frames of ``[start, end)``: per batch, or per run of batches with the same Arrow schema (`coalesce`)."""
+    """:func:`read_range` one batch at a time (a streaming scan holds one decoded batch, not the bucket); with
+    `coalesce`, one frame per run of batches with the same Arrow schema."""
     tablet = source.log_tablet(bucket)
     deletes_only = kinds is not None and kinds <= {"-D"}
     header_filter = None

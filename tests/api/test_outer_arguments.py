@@ -18,7 +18,7 @@ import pytest
 import fluss_lake as fl
 import fluss_ray
 import serving
-from test_public_arguments import COUNT, NAN, NON_NEGATIVE, SECONDS, _numeric
+from test_public_arguments import COUNT, NAN, NON_NEGATIVE, SECONDS, _numeric_parameters
 
 INF = float("inf")
 CPUS = (True, -1, -0.5, "1", NAN, INF)  # a number of CPUs >= 0 (fractions are Ray's)
@@ -120,12 +120,7 @@ def _callables() -> dict[str, Callable[..., Any]]:
 
 
 def test_every_numeric_parameter_is_listed() -> None:
-    numeric = set()
-    for path, fn in _callables().items():
-        for name, param in inspect.signature(fn).parameters.items():
-            annotation = param.annotation if isinstance(param.annotation, str) else repr(param.annotation)
-            if name != "self" and _numeric(annotation):
-                numeric.add((path, name))
+    numeric = _numeric_parameters(_callables())
     listed = set(ROWS) | set(NOT_INPUTS)
     assert not numeric - listed, f"unchecked numeric parameters: {sorted(numeric - listed)}"
     assert not listed - numeric, f"stale rows: {sorted(listed - numeric)}"

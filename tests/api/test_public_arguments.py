@@ -324,9 +324,10 @@ def _numeric(annotation: str) -> bool:
     return re.search(r"\b(int|float)\b", text) is not None
 
 
-def _numeric_parameters() -> set[tuple[str, str]]:
+def _numeric_parameters(callables: dict[str, Callable[..., Any]] | None = None) -> set[tuple[str, str]]:
+    """``(callable path, parameter)`` of every int/float parameter of `callables` (default: the core's surface)."""
     out = set()
-    for path, fn in _public_callables().items():
+    for path, fn in (_public_callables() if callables is None else callables).items():
         for name, param in inspect.signature(fn).parameters.items():
             annotation = param.annotation if isinstance(param.annotation, str) else repr(param.annotation)
             if name != "self" and _numeric(annotation):

@@ -22,6 +22,10 @@ CUSTOMERS = {"cid": "INT", "name": "STRING"}
 VIEW = {"cid": "INT", "oid": "INT", "amount": "INT", "name": "STRING"}
 
 
+#: the joins under test: customers bucketed unlike the orders (the write lock and journal), or alike (neither)
+JOINS = {"join": ("d.view", "d.customers", "view"), "cojoin": ("d.coview", "d.customers4", "coview")}
+
+
 class SimulatedCrash(Exception):
     """Stands for the shard's process dying after it wrote results and before its checkpoint landed."""
 
@@ -46,21 +50,13 @@ def create_tables(conn: fl.Connection) -> None:
 def build(conn: fl.Connection, kind: str, shard: Shard | None) -> Any:
     """The job under test for `shard` (one name per kind: all shards of one job)."""
     t = conn.get_table
-    if kind == "cojoin":
+    if kind in JOINS:  # the result table, the customers it joins, the job's name
+        result, customers, name = JOINS[kind]
         return DeltaJoin(
-            t("d.coview"),
-            {"o": t("d.orders"), "c": t("d.customers4")},
+            t(result),
+            {"o": t("d.orders"), "c": t(customers)},
             [Join("o", "c", ["cid"])],
-            name="coview",
-            batch_rows=3,
-            shard=shard,
-        )
-    if kind == "join":
-        return DeltaJoin(
-            t("d.view"),
-            {"o": t("d.orders"), "c": t("d.customers")},
-            [Join("o", "c", ["cid"])],
-            name="view",
+            name=name,
             batch_rows=3,  # several steps per run: more interleavings between the shards
             shard=shard,
         )
