@@ -6,8 +6,10 @@ to ``--clients`` concurrent client processes (4 by default), each running for ``
 
 - batched lookups, 1,000 random keys a request, keys/s: ``RemoteTable.lookup`` over Flight vs Redis
   (``redis-server`` from Debian, one hash per customer, a pipeline of 1,000 ``HMGET`` per request);
-- one key a request, p50/p99 latency: ``RemoteTable.lookup`` vs Redis ``HGETALL`` and vs Feast's feature server
-  (``feast serve``, sqlite online store) ``POST /get-online-features`` for the same three features;
+- one key a request, p50/p99 latency: ``RemoteTable.lookup`` (over the server's socket lane, as the client does by
+  default) vs Redis ``HGETALL`` and vs Feast's feature server (``feast serve``, sqlite online store)
+  ``POST /get-online-features`` for the same three features; also reported: the same over Flight only
+  (``socket_lane=False``) and an empty action on a Python Flight server (Flight's own floor);
 - online features for 2 views, 100 entities a request, requests/s: ``RemoteConnection.online_features`` vs
   Feast's ``/get-online-features`` for the same 5 features (values checked equal on a sample first);
 - memory: the server's anonymous memory (``RssAnon``) after the load vs an embedded process that opened the
@@ -221,7 +223,7 @@ def client_ours_single(payload: dict[str, Any]) -> dict[str, Any]:
     import serving
 
     keys = _key_batches(payload, 1)[:, 0].tolist()
-    table = serving.connect(payload["address"]).get_table("bench.a")
+    table = serving.connect(payload["address"], socket_lane=payload.get("socket_lane", True)).get_table("bench.a")
 
     def request(i: int) -> None:
         out = table.lookup([{"customer_id": keys[i % len(keys)]}])
@@ -315,7 +317,7 @@ def client_ours_online(payload: dict[str, Any]) -> dict[str, Any]:
     import serving
 
     keys = _key_batches(payload, payload["entities"])
-    remote = serving.connect(payload["address"])
+    remote = serving.connect(payload["address"], socket_lane=payload.get("socket_lane", True))
     views = _views(remote)
     frames = [pl.DataFrame({"customer_id": k}) for k in keys]
 
@@ -587,6 +589,11 @@ def main(argv: list[str] | None = None) -> None:
             reporter.add(Result(BENCH, f"single key p99 against the transport floor, {clients} clients", "us", p99,
                                 "empty pyarrow Flight action (Python server)", _percentile(floor, 99) * 1e6, False,
                                 rows, clients))
+            flight_only = run_clients("client_ours_single", {**common, "socket_lane": False}, clients)
+            reporter.add(Result(BENCH, f"single key p99, socket lane against Flight only, {clients} clients", "us",
+                                p99, "the same lookups over Flight (socket_lane=False)",
+                                _percentile(flight_only, 99) * 1e6, False, rows, clients,
+                                note=f"Flight only: p50 {_percentile(flight_only, 50) * 1e6:.0f} us"))
             # online features
             ours = run_clients("client_ours_online", common, clients)
             ours_rps = _throughput(ours, 1)
@@ -597,6 +604,9 @@ def main(argv: list[str] | None = None) -> None:
                                     _throughput(theirs, 1), True, rows, clients, (Target("ratio", ">=", 10.0),)))
             else:
                 log(f"  online features: ours {ours_rps:,.1f} requests/s; Feast: {feast_why}")
+            flight_only = run_clients("client_ours_online", {**common, "socket_lane": False}, clients)
+            log(f"  online features over Flight only (socket_lane=False): {_throughput(flight_only, 1):,.1f} "
+                "requests/s")
             # memory
             served = proc_status(server.pid)
             embedded = run_child(BENCH, "embedded_footprint", {"store": store, "rows": rows})

@@ -45,6 +45,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--tls-cert", default=None, metavar="PEM", help="serve TLS with this certificate")
     parser.add_argument("--tls-key", default=None, metavar="PEM", help="the certificate's private key")
+    parser.add_argument(
+        "--socket-port",
+        type=int,
+        default=0,
+        help="socket lane port for small lookups and online features (default 0: any free port, told in health)",
+    )
+    parser.add_argument("--no-socket-lane", action="store_true", help="serve everything over Flight only")
     parser.add_argument("--http-port", type=int, default=None, help="also serve HTTP /get-online-features here")
     parser.add_argument("--feature-views", default=None, metavar="FILE", help="named feature views (JSON) for HTTP")
     parser.add_argument(
@@ -105,6 +112,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
             request_timeout_s=args.request_timeout,
             log_table=args.log_table,
             http_port=args.http_port,
+            socket_port=None if args.no_socket_lane else args.socket_port,
             feature_views=args.feature_views,
             log_interval_s=args.log_interval,
         )
@@ -123,6 +131,8 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
         return 2
     auth = f"{len(config.tokens.tokens)} token(s)" if config.tokens else "no authentication (loopback)"
     http = f", http://{config.host}:{server.http.port}/get-online-features" if server.http is not None else ""
+    if server.lane is not None:
+        http += f", socket lane on port {server.lane.port}"
     _say(out, f"serving {server.connection.url} on {server.location}{http} ({auth}; pid {os.getpid()})")
     try:
         while not stop.wait(0.2):

@@ -16,12 +16,15 @@ runtime plugin hook would make ``fluss_lake.connect`` return an object that is n
 from __future__ import annotations
 
 import json
+import logging
+import ssl
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import polars as pl
 import pyarrow as pa
@@ -37,10 +40,13 @@ from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.training import STATUS, FeatureView, OnlineFeatures
 from fluss_lake.training.history import as_utc
 from fluss_lake.write.write_result import WriteResult
+from serving.errors import ServerUnavailableError
+from serving.lane import LaneClient, LaneUnreachableError
 from serving.protocol import (
     UNARY_MAX_BYTES,
     encode_command,
     encode_unary,
+    error_from_info,
     from_flight_error,
     offsets_from_json,
     offsets_to_json,
@@ -49,6 +55,14 @@ from serving.protocol import (
 from serving.server import STATUS_PREFIX, TIME_PREFIX
 
 __all__ = ["RemoteConnection", "RemoteTable", "connect"]
+
+_log = logging.getLogger("serving")
+
+
+def _lane_error(payload: bytes | bytearray) -> Exception:
+    """The library error a lane error frame carries."""
+    unreadable = ServerUnavailableError(f"the server answered an unreadable error: {bytes(payload[:200])!r}")
+    return error_from_info(payload) or unreadable
 
 
 @contextmanager
@@ -72,6 +86,7 @@ def connect(
     token: str | None = None,
     tls_root_certs: str | bytes | None = None,
     timeout: float | None = 60.0,
+    socket_lane: bool = True,
 ) -> RemoteConnection:
     """Connect to ``fluss-lake serve`` at `url` (``grpc://host:port``, or ``grpc+tls://host:port`` with TLS).
 
@@ -83,6 +98,10 @@ def connect(
         PEM certificate(s) to trust (a path or the bytes), for a server with its own certificate.
     timeout
         Seconds each call may take (None: no limit).
+    socket_lane
+        Send small lookups and online-feature requests over the server's socket lane when it offers one
+        (:mod:`serving.lane`: same answers and errors, a fraction of a Flight call's cost); False: Flight only.
+        A lane that cannot be reached is given up for Flight after a short connect attempt.
 
     Examples
     --------
@@ -93,7 +112,7 @@ def connect(
     ('ok', [])
     >>> server.stop()
     """
-    return RemoteConnection(url, token=token, tls_root_certs=tls_root_certs, timeout=timeout)
+    return RemoteConnection(url, token=token, tls_root_certs=tls_root_certs, timeout=timeout, socket_lane=socket_lane)
 
 
 class RemoteConnection:
@@ -106,6 +125,7 @@ class RemoteConnection:
         token: str | None = None,
         tls_root_certs: str | bytes | None = None,
         timeout: float | None = 60.0,
+        socket_lane: bool = True,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("grpc://", "grpc+tcp://", "grpc+tls://")):
             raise InvalidConfigError(
@@ -120,6 +140,41 @@ class RemoteConnection:
         headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
         self._options = flight.FlightCallOptions(headers=headers, timeout=timeout)
         self._tables: dict[str, RemoteTable] = {}
+        self._token = token
+        self._timeout = timeout
+        self._certs = certs
+        self._lane: LaneClient | None = None
+        self._lane_known = not socket_lane  # False until the server said whether it has a lane
+
+    def _lane_client(self) -> LaneClient | None:
+        """The socket lane, asked of the server once (None: it has none, or it cannot be reached from here)."""
+        if self._lane_known:
+            return self._lane
+        port = self.health().get("socket_port")
+        if isinstance(port, int) and not isinstance(port, bool):
+            parts = urlsplit(self.url)
+            host = parts.hostname or "127.0.0.1"
+            tls = None
+            if parts.scheme == "grpc+tls":
+                tls = ssl.create_default_context(cadata=self._certs.decode() if self._certs else None)
+            self._lane = LaneClient(
+                host, port, token=self._token, timeout=self._timeout, tls=tls, error=_lane_error, connect_s=2.0
+            )
+        self._lane_known = True
+        return self._lane
+
+    def _unary(self, verb: str, body: bytes, *, retry: bool = True) -> pl.DataFrame:
+        """One small exchange-verb request: over the socket lane if there is one, else as a Flight action."""
+        lane = self._lane_client()
+        if lane is not None:
+            try:
+                return read_ipc(lane.request(body, retry=retry))
+            except LaneUnreachableError as exc:
+                _log.warning("%s; using Flight for every call of this connection", exc)
+                self._lane = None
+        with _errors():
+            results = list(self._client.do_action(flight.Action(verb, body), self._options))
+        return read_ipc(results[0].body)
 
     # ------------------------------------------------------------ transport
     def _action(self, kind: str, **body: Any) -> Any:
@@ -127,11 +182,9 @@ class RemoteConnection:
             results = list(self._client.do_action(flight.Action(kind, json.dumps(body).encode()), self._options))
         return json.loads(results[0].body.to_pybytes())
 
-    def _exchange(self, verb: str, command: bytes, data: pa.Table) -> pl.DataFrame:
+    def _exchange(self, verb: str, command: bytes, data: pa.Table, *, retry: bool = True) -> pl.DataFrame:
         if data.nbytes <= UNARY_MAX_BYTES:  # one message each way: a quarter of an exchange's cost
-            with _errors():
-                results = list(self._client.do_action(flight.Action(verb, encode_unary(command, data)), self._options))
-            return read_ipc(results[0].body)
+            return self._unary(verb, encode_unary(command, data), retry=retry)
         with _errors():
             writer, reader = self._client.do_exchange(flight.FlightDescriptor.for_command(command), self._options)
             with writer:
@@ -142,9 +195,7 @@ class RemoteConnection:
 
     def _point(self, verb: str, command: bytes) -> pl.DataFrame:
         """An exchange verb whose input is all in its command (one key): one small message each way."""
-        with _errors():
-            results = list(self._client.do_action(flight.Action(verb, command + b"\n"), self._options))
-        return read_ipc(results[0].body)
+        return self._unary(verb, command + b"\n")
 
     def _get(self, command: bytes) -> pa.Table:
         with _errors():
@@ -165,7 +216,9 @@ class RemoteConnection:
         return result
 
     def close(self) -> None:
-        """Close the channel."""
+        """Close the channel (and the socket lane's connections)."""
+        if self._lane is not None:
+            self._lane.close()
         self._client.close()
 
     def __enter__(self) -> RemoteConnection:
@@ -253,7 +306,8 @@ class RemoteConnection:
             log=log_name,
             request_id=request_id,
         )
-        out = self._exchange("online_features", command, entities.to_arrow())
+        # a logged request is not sent twice (a lane connection found closed is retried only for plain reads)
+        out = self._exchange("online_features", command, entities.to_arrow(), retry=log_name is None)
         status = [out.get_column(f"{STATUS_PREFIX}{i}").cast(STATUS) for i in range(len(views))]
         times = [out.get_column(f"{TIME_PREFIX}{i}") for i in range(len(views))]
         frame = pl.DataFrame([out.get_column(c) for c in out.columns if not c.startswith((STATUS_PREFIX, TIME_PREFIX))])
@@ -273,13 +327,12 @@ class RemoteConnection:
         return f"<RemoteConnection {self.url}>"
 
 
-def _plain_key(keys: Any, schema: Schema) -> dict[str, Any] | None:
+def _plain_key(keys: Any, dtypes: Mapping[str, pl.DataType]) -> dict[str, Any] | None:
     """The one key of `keys` when it is a dict of plain ints/strings for integer/string key columns (a request per
     key is the latency case), else None: anything else goes through the library's conformance (and its errors)."""
     if not (isinstance(keys, list) and len(keys) == 1 and isinstance(keys[0], dict)):
         return None
     key: dict[str, Any] = keys[0]
-    dtypes = schema.polars_schema
     for name, value in key.items():
         dtype = dtypes.get(name)
         if dtype is None:
@@ -293,12 +346,11 @@ def _plain_key(keys: Any, schema: Schema) -> dict[str, Any] | None:
     return key
 
 
-def _simple_keys(keys: Any, schema: Schema) -> pa.Table | None:
+def _simple_keys(keys: Any, dtypes: Mapping[str, pl.DataType]) -> pa.Table | None:
     """:func:`_plain_key`'s key straight to Arrow."""
-    key = _plain_key(keys, schema)
+    key = _plain_key(keys, dtypes)
     if key is None:
         return None
-    dtypes = schema.polars_schema
     fields = []
     for name, value in key.items():
         if type(value) is int:
@@ -315,9 +367,17 @@ class RemoteTable:
     def __init__(self, connection: RemoteConnection, info: TableInfo) -> None:
         self._connection = connection
         self._info = info
+        self._cached_dtypes: tuple[TableInfo, pl.Schema] | None = None
 
     def _name(self) -> str:
         return str(self._info.path)
+
+    def _dtypes(self) -> pl.Schema:
+        """The columns' Polars types, made once per metadata version (a one-key request should not rebuild them)."""
+        cached = self._cached_dtypes
+        if cached is None or cached[0] is not self._info:
+            cached = self._cached_dtypes = (self._info, self._info.schema.polars_schema)
+        return cached[1]
 
     # ------------------------------------------------------------ metadata
     @property
@@ -389,7 +449,7 @@ class RemoteTable:
 
     # ------------------------------------------------------------ reads
     def _keys(self, keys: Any) -> pa.Table:
-        simple = _simple_keys(keys, self.schema)
+        simple = _simple_keys(keys, self._dtypes())
         if simple is not None:
             return simple
         frame = to_frame(keys, self.schema)
@@ -402,7 +462,7 @@ class RemoteTable:
 
     def lookup(self, keys: Any, *, with_found: bool = False, with_offsets: bool = False) -> pl.DataFrame:
         """Current rows for the given primary keys, in key order (see :meth:`fluss_lake.Table.lookup`)."""
-        key = None if with_offsets else _plain_key(keys, self.schema)
+        key = None if with_offsets else _plain_key(keys, self._dtypes())
         if key is not None and key.keys() == set(self.schema.primary_key):  # one key: the point path, no IPC in
             command = encode_command("lookup", table=self._name(), with_found=with_found, key=key)
             return self._connection._point("lookup", command)

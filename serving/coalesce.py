@@ -75,6 +75,16 @@ class Coalescer:
             self._hand_over(key)
         return _outcome(me)
 
+    def together(
+        self, requests: list[pl.DataFrame], compute: Callable[[pl.DataFrame], OnlineFeatures]
+    ) -> list[OnlineFeatures | BaseException]:
+        """The answers to requests already gathered (by one event loop rather than by threads), in order: one
+        call for all of them, or, if that fails, one call each (each its own answer or error)."""
+        batch = [_Waiter(entities) for entities in requests]
+        if _answer(batch, compute):
+            self.batches += 1
+        return [w.error if w.error is not None else _outcome(w) for w in batch]
+
     def _hand_over(self, key: Hashable) -> None:
         """Give the requests that queued meanwhile to one of them, which answers them all, or end the run."""
         with self._lock:

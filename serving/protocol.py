@@ -39,6 +39,7 @@ __all__ = [
     "decode_unary",
     "encode_command",
     "encode_unary",
+    "error_from_info",
     "ipc_bytes",
     "read_ipc",
     "UNARY_MAX_BYTES",
@@ -178,18 +179,26 @@ def _error_class(name: str) -> type[FlussLakeError] | None:
     return None
 
 
+def error_from_info(raw: bytes | bytearray | None) -> FlussLakeError | None:
+    """The library error of an error's JSON (``{"class", "message", "retriable"}``), or None if it names none."""
+    if not raw:
+        return None
+    try:
+        info = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if isinstance(info, dict):
+        cls = _error_class(str(info.get("class")))
+        if cls is not None:
+            return cls(str(info.get("message", "")))
+    return None
+
+
 def from_flight_error(exc: flight.FlightError) -> FlussLakeError:
     """The library error a Flight error carries (a :class:`ServerUnavailableError` for transport failures)."""
-    raw = getattr(exc, "extra_info", None)
-    if raw:
-        try:
-            info = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            info = None
-        if isinstance(info, dict):
-            cls = _error_class(str(info.get("class")))
-            if cls is not None:
-                return cls(str(info.get("message", "")))
+    carried = error_from_info(getattr(exc, "extra_info", None))
+    if carried is not None:
+        return carried
     message = str(exc).split(". Detail:")[0]
     if isinstance(exc, flight.FlightUnauthenticatedError):
         return AuthenticationError(message)

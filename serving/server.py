@@ -23,6 +23,7 @@ import ipaddress
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 import traceback
@@ -30,6 +31,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,7 @@ from serving.errors import (
     RequestTooLargeError,
     ServerUnavailableError,
 )
+from serving.lane import LaneServer
 from serving.metrics import Metrics
 from serving.protocol import (
     ACTIONS,
@@ -68,6 +71,7 @@ from serving.protocol import (
 __all__ = ["FlussLakeServer", "ServerConfig", "is_loopback"]
 
 _log = logging.getLogger("serving")
+_IPC_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an Arrow IPC stream's end-of-stream marker
 STATUS_PREFIX = "__fl_status_"
 TIME_PREFIX = "__fl_time_"
 
@@ -118,6 +122,9 @@ class ServerConfig:
         named ``db.table``).
     log_interval_s
         Seconds between two progress lines.
+    socket_port
+        Port of the socket lane (:mod:`serving.lane`: small lookups and online-feature requests without Flight's
+        per-call cost, same tokens, TLS and limits; 0: any free port, told in ``health``; None: no lane).
     """
 
     store: str | None = None
@@ -136,6 +143,7 @@ class ServerConfig:
     http_port: int | None = None
     feature_views: str | None = None
     log_interval_s: float = 60.0
+    socket_port: int | None = 0
     _extra: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def check(self) -> None:
@@ -149,7 +157,8 @@ class ServerConfig:
             raise InvalidConfigError("TLS needs both a certificate (--tls-cert) and its private key (--tls-key)")
         check_int("port", self.port, minimum=0, hint="0 lets the OS pick a free port")
         check_int("http_port", self.http_port, minimum=0, optional=True, hint="0 lets the OS pick a free port")
-        for name in ("port", "http_port"):
+        check_int("socket_port", self.socket_port, minimum=0, optional=True, hint="0 lets the OS pick; None: no lane")
+        for name in ("port", "http_port", "socket_port"):
             if (getattr(self, name) or 0) > 65535:
                 raise InvalidConfigError(f"{name}={getattr(self, name)}: a TCP port is at most 65535")
         for name in ("max_request_bytes", "max_request_rows", "max_command_bytes"):
@@ -182,6 +191,18 @@ class _AuthFactory(flight.ServerMiddlewareFactory):
         if token is None:
             raise to_flight_error(AuthenticationError("unknown bearer token; check the token the client sends"))
         return _Caller(token)
+
+
+class _LaneContext:
+    """A lane connection's caller, shaped as the Flight call context the shared request path reads."""
+
+    __slots__ = ("caller",)
+
+    def __init__(self, caller: _Caller) -> None:
+        self.caller = caller
+
+    def get_middleware(self, name: str) -> _Caller | None:
+        return self.caller if name == "auth" else None
 
 
 class _Request:
@@ -250,7 +271,7 @@ class FlussLakeServer(flight.FlightServerBase):
         self._tables_lock = threading.Lock()
         self._views: OrderedDict[tuple[str, int], FeatureView] = OrderedDict()
         self._write_locks: dict[str, threading.Lock] = {}
-        self._schemas: dict[str, tuple[Any, pa.Schema | None]] = {}
+        self._schemas: dict[tuple[str, bool], tuple[Any, tuple[pa.Schema, bytes] | None]] = {}
         self._coalescer = Coalescer()
         self._stopped = threading.Event()
         tls = config.tls_cert is not None
@@ -270,6 +291,25 @@ class FlussLakeServer(flight.FlightServerBase):
             middleware={"auth": _AuthFactory(config.tokens)},
         )
         self.location = f"{'grpc+tls' if tls else 'grpc'}://{host}:{self.port}"
+        self.lane: LaneServer | None = None
+        if config.socket_port is not None:
+            context = None
+            if tls:
+                context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                context.load_cert_chain(str(config.tls_cert), str(config.tls_key))
+            try:
+                self.lane = LaneServer(
+                    host=config.host,
+                    port=config.socket_port,
+                    authenticate=self._lane_caller,
+                    answer=self._lane_answers,
+                    max_frame_bytes=config.max_request_bytes + config.max_command_bytes,
+                    timeout_s=config.request_timeout_s,
+                    tls=context,
+                )
+            except OSError as exc:
+                self.shutdown()
+                raise InvalidConfigError(f"cannot listen on socket lane port {config.socket_port}: {exc}") from None
         self.http: Any = None
         if config.http_port is not None:
             from serving.http_api import FeastHttpServer
@@ -277,6 +317,8 @@ class FlussLakeServer(flight.FlightServerBase):
             try:
                 self.http = FeastHttpServer(self, port=config.http_port)
             except BaseException:
+                if self.lane is not None:
+                    self.lane.stop(drain_s=0)
                 self.shutdown()  # nothing keeps listening after a failed start
                 raise
         self._reporter = threading.Thread(target=self._report, name="serving-progress", daemon=True)
@@ -290,6 +332,8 @@ class FlussLakeServer(flight.FlightServerBase):
         self._stopped.set()
         if self.http is not None:
             self.http.stop()
+        if self.lane is not None:
+            self.lane.stop(drain_s=self.config.request_timeout_s)
         self.shutdown()
         _log.info("stopped; %s", self.metrics.progress_line(max(time.time() - self.metrics.started, 1e-9)))
 
@@ -315,8 +359,11 @@ class FlussLakeServer(flight.FlightServerBase):
         """The served table `name` (metadata re-read at most every two seconds)."""
         if not isinstance(name, str):
             raise MalformedRequestError(f"the request must name a table as 'database.table', got {name!r}")
-        path = str(TablePath.of(name))
         now = time.monotonic()
+        cached = self._tables.get(name)  # the common case: a name as the client sent it before
+        if cached is not None and now - cached[1] < 2.0:
+            return cached[0]
+        path = str(TablePath.of(name))
         with self._tables_lock:
             cached = self._tables.get(path)
             if cached is not None and now - cached[1] < 2.0:
@@ -365,6 +412,17 @@ class FlussLakeServer(flight.FlightServerBase):
                 self._views.popitem(last=False)
         return view
 
+    @staticmethod
+    def _public_error(exc: BaseException, verb: str, table: str | None) -> BaseException:
+        """What a client is told of a failed request: the library's error, or an internal error without internals
+        (the traceback goes to the server log)."""
+        if isinstance(exc, FlussLakeError):
+            return to_flight_error(exc)
+        if isinstance(exc, flight.FlightError) or not isinstance(exc, Exception):
+            return exc
+        _log.error("internal error in %s on %s:\n%s", verb, table, "".join(traceback.format_exception(exc)).rstrip())
+        return flight.FlightInternalError(f"{verb}: internal server error ({type(exc).__name__}); see the server log")
+
     def _run(self, verb: str, table: str | None, work: Callable[[_Request], Any]) -> Any:
         """Run one request: metrics, the library's errors as Flight errors, internal errors without internals."""
         request = _Request(self.config, verb)
@@ -373,18 +431,9 @@ class FlussLakeServer(flight.FlightServerBase):
         failed = False
         try:
             return work(request)
-        except FlussLakeError as exc:
-            failed = True
-            raise to_flight_error(exc) from None
-        except flight.FlightError:
-            failed = True
-            raise
         except Exception as exc:  # noqa: BLE001 - never send internals (tracebacks, paths) to a client
             failed = True
-            _log.error("internal error in %s on %s:\n%s", verb, table, traceback.format_exc())
-            raise flight.FlightInternalError(
-                f"{verb}: internal server error ({type(exc).__name__}); see the server log"
-            ) from None
+            raise self._public_error(exc, verb, table) from None
         finally:
             self.metrics.end()
             known = isinstance(table, str) and table in self._tables  # unknown names would grow the metrics
@@ -443,34 +492,54 @@ class FlussLakeServer(flight.FlightServerBase):
         self._authorize(context, str(table.path), write=False)
         key = command["key"]
         with_found = bool(command.get("with_found"))
-        schema = self._arrow_schema(table)
+        encoder = self._point_encoder(table, with_found)
         request.rows_in = request.rows_out = 1
         request.check_time("looking up")
-        if schema is None:  # nested columns: the batched path builds the row
+        if encoder is None:  # nested columns: the batched path builds the row
             return ipc_bytes(table.lookup([key], with_found=with_found))
         row = table.lookup_one(key)
         request.check_time("answering")
         values = row if row is not None else key  # absent: the key columns set, the others null
         if with_found:
             values = {**values, "_found": row is not None}
-            schema = schema.append(pa.field("_found", pa.bool_()))
-        return ipc_bytes(pa.Table.from_pylist([values], schema=schema))
+        schema, head = encoder
+        return head + pa.RecordBatch.from_pylist([values], schema=schema).serialize().to_pybytes() + _IPC_END
 
-    def _arrow_schema(self, table: fl.Table) -> pa.Schema | None:
-        """The Arrow schema of `table`'s rows, made once per table version (None if a column is nested)."""
-        cached = self._schemas.get(str(table.path))
+    def _point_encoder(self, table: fl.Table, with_found: bool) -> tuple[pa.Schema, bytes] | None:
+        """The Arrow schema of `table`'s point answers and its IPC stream head, made once per table version (None
+        if a column is nested: those rows go through the batched path)."""
+        cache_key = (str(table.path), with_found)
+        cached = self._schemas.get(cache_key)
         if cached is not None and cached[0] is table.info:
             return cached[1]
         dtypes = table.schema.polars_schema
-        schema = None if any(d.is_nested() for d in dtypes.values()) else pl.DataFrame(schema=dtypes).to_arrow().schema
-        self._schemas[str(table.path)] = (table.info, schema)
-        return schema
+        encoder = None
+        if not any(d.is_nested() for d in dtypes.values()):
+            schema = pl.DataFrame(schema=dtypes).to_arrow().schema
+            if with_found:
+                schema = schema.append(pa.field("_found", pa.bool_()))
+            encoder = (schema, schema.serialize().to_pybytes())
+        self._schemas[cache_key] = (table.info, encoder)
+        return encoder
+
+    def _lane_caller(self, secret: str | None) -> _LaneContext:
+        """The caller of a lane connection from its hello's token (as the Flight middleware reads the header)."""
+        if self.config.tokens is None or secret is None:
+            return _LaneContext(_Caller(None))
+        token = self.config.tokens.find(secret.strip())
+        if token is None:
+            raise AuthenticationError("unknown bearer token; check the token the client sends")
+        return _LaneContext(_Caller(token))
 
     def _unary(self, context: Any, body: Any) -> Iterator[flight.Result]:
         """An exchange verb sent as an action (a small input; see :data:`serving.protocol.UNARY_MAX_BYTES`)."""
+        return iter([flight.Result(self._unary_answer(context, body))])
+
+    def _unary_answer(self, context: Any, body: Any) -> bytes:
+        """The answer's bytes to an exchange verb's unary body (an action's or a lane frame's)."""
         config = self.config
         try:
-            if body is None or body.size > config.max_request_bytes + config.max_command_bytes:
+            if body is None or memoryview(body).nbytes > config.max_request_bytes + config.max_command_bytes:
                 raise RequestTooLargeError(
                     f"the request is over the server's limit of {config.max_request_bytes} bytes; split it into "
                     "smaller batches"
@@ -491,10 +560,11 @@ class FlussLakeServer(flight.FlightServerBase):
             request.rows_in = data.height
             return ipc_bytes(self._answer(context, command, data, request))
 
-        answer = self._run(command["verb"], command.get("table") or _view_tables(command), work)
-        return iter([flight.Result(answer)])
+        answer: bytes = self._run(command["verb"], command.get("table") or _view_tables(command), work)
+        return answer
 
-    def _online(self, context: Any, command: dict, entities: pl.DataFrame, request: _Request) -> pl.DataFrame:
+    def _online_views(self, context: Any, command: dict) -> list[FeatureView]:
+        """The views an online-features request names, each checked against the caller's token."""
         definitions = command.get("views")
         if not isinstance(definitions, list) or not definitions:
             raise MalformedRequestError("online_features needs 'views': a list of feature view definitions")
@@ -502,21 +572,78 @@ class FlussLakeServer(flight.FlightServerBase):
         for v in views:
             assert v.table is not None
             self._authorize(context, str(v.table.path), write=False)
-        log_name = command.get("log") or self.config.log_table
         if command.get("log"):
             self._authorize(context, str(TablePath.of(command["log"])), write=True)
+        return views
+
+    def _shared(self, command: dict) -> tuple[str, ...] | None:
+        """The key under which concurrent online-features requests may share one call (None: this one may not: it
+        is logged under its own id, or asks for its own time)."""
+        if command.get("log") or self.config.log_table or command.get("now") is not None:
+            return None
+        return tuple(json.dumps(d, sort_keys=True) for d in command["views"])
+
+    def _online(self, context: Any, command: dict, entities: pl.DataFrame, request: _Request) -> pl.DataFrame:
+        views = self._online_views(context, command)
         request.check_time("computing features")
-        now = command.get("now")
-        if log_name or now is not None:  # each answer logged under its own id, or at its own time: one call each
-            result = self.serve_features(entities, views, now=now, log=log_name, request_id=command.get("request_id"))
+        key = self._shared(command)
+        if key is None:  # one call each
+            log_name = command.get("log") or self.config.log_table
+            result = self.serve_features(
+                entities, views, now=command.get("now"), log=log_name, request_id=command.get("request_id")
+            )
         else:  # concurrent requests for the same views: one call for all (serving.coalesce)
-            key = tuple(json.dumps(d, sort_keys=True) for d in definitions)
             result = self._coalescer.run(
                 key, entities, lambda rows: self.serve_features(rows, views, now=None, log=None, request_id=None)
             )
-        extra = [s.cast(pl.String).alias(f"{STATUS_PREFIX}{i}") for i, s in enumerate(result.status)]
-        extra += [s.alias(f"{TIME_PREFIX}{i}") for i, s in enumerate(result.value_times)]
-        return result.frame.hstack(extra) if command.get("with_status") else result.frame  # hstack: no query plan
+        return _online_frame(result, command)
+
+    def _lane_answers(self, items: list[tuple[Any, bytes]]) -> list[bytes | BaseException]:
+        """The answers to the lane requests read in one pass of its loop, in order. Online-features requests for
+        the same views among them share one call (as :class:`~serving.coalesce.Coalescer` does for threads)."""
+        answers: list[bytes | BaseException | None] = [None] * len(items)
+        groups: dict[tuple[str, ...], list[tuple[int, dict, pl.DataFrame, list[FeatureView]]]] = {}
+        for i, (context, body) in enumerate(items if len(items) > 1 else ()):
+            try:
+                command, data = decode_unary(body, limit=self.config.max_command_bytes, expected=EXCHANGE_VERBS)
+                if command["verb"] != "online_features" or data is None or data.height > self.config.max_request_rows:
+                    continue
+                key = self._shared(command)
+                if key is not None:
+                    groups.setdefault(key, []).append((i, command, data, self._online_views(context, command)))
+            except FlussLakeError:
+                continue  # answered alone below, with its error and its metrics
+        for members in groups.values():
+            if len(members) < 2:
+                continue
+            views = members[0][3]
+            started = time.perf_counter()
+            results = self._coalescer.together([m[2] for m in members], partial(self._shared_features, views))
+            seconds = time.perf_counter() - started
+            for (i, command, data, _), result in zip(members, results, strict=True):
+                failed = isinstance(result, BaseException)
+                if isinstance(result, BaseException):
+                    answers[i] = self._public_error(result, "online_features", _view_tables(command))
+                else:
+                    answers[i] = ipc_bytes(_online_frame(result, command))
+                rows_out = 0 if failed else data.height
+                table = _view_tables(command)
+                known = table if table in self._tables else None
+                self.metrics.record(
+                    "online_features", known, seconds=seconds, rows_in=data.height, rows_out=rows_out, error=failed
+                )
+        out: list[bytes | BaseException] = []
+        for (context, body), answer in zip(items, answers, strict=True):
+            if answer is None:
+                try:
+                    answer = self._unary_answer(context, body)
+                except Exception as exc:  # noqa: BLE001 - the lane sends it as an error frame
+                    answer = exc
+            out.append(answer)
+        return out
+
+    def _shared_features(self, views: list[FeatureView], entities: pl.DataFrame) -> OnlineFeatures:
+        return self.serve_features(entities, views, now=None, log=None, request_id=None)
 
     def serve_features(
         self, entities: pl.DataFrame, views: list[FeatureView], *, now: Any, log: str | None, request_id: str | None
@@ -620,7 +747,12 @@ class FlussLakeServer(flight.FlightServerBase):
         if kind == "health":  # liveness: no token needed, no store access
             if self._stopped.is_set():
                 raise to_flight_error(ServerUnavailableError("the server is shutting down"))
-            body: Any = {"status": "ok", "store": self.connection.url, "uptime_s": self.metrics.snapshot()["uptime_s"]}
+            body: Any = {
+                "status": "ok",
+                "store": self.connection.url,
+                "uptime_s": self.metrics.snapshot()["uptime_s"],
+                "socket_port": self.lane.port if self.lane is not None else None,
+            }
             return iter([flight.Result(json.dumps(body).encode())])
         try:
             if kind not in ACTIONS:
@@ -660,6 +792,15 @@ class FlussLakeServer(flight.FlightServerBase):
 
         answer = self._run(str(kind), command.get("table"), work)
         return iter([flight.Result(json.dumps(answer, default=str).encode())])
+
+
+def _online_frame(result: OnlineFeatures, command: dict) -> pl.DataFrame:
+    """An online-features answer as sent: the features, then (asked for) each view's status and value time."""
+    if not command.get("with_status"):
+        return result.frame
+    extra = [s.cast(pl.String).alias(f"{STATUS_PREFIX}{i}") for i, s in enumerate(result.status)]
+    extra += [s.alias(f"{TIME_PREFIX}{i}") for i, s in enumerate(result.value_times)]
+    return result.frame.hstack(extra)  # hstack: no query plan
 
 
 def _view_tables(command: dict) -> str | None:

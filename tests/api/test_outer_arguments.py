@@ -44,6 +44,8 @@ ROWS: dict[tuple[str, str], tuple[Callable[[Any], object], tuple[Any, ...], tupl
     ("serving.ServerConfig.__init__", "port"): (lambda v: serving.ServerConfig(port=v).check(), PORT, (0, 8815)),
     ("serving.ServerConfig.__init__", "http_port"): (
         lambda v: serving.ServerConfig(http_port=v).check(), PORT, (None, 0, 8080)),
+    ("serving.ServerConfig.__init__", "socket_port"): (
+        lambda v: serving.ServerConfig(socket_port=v).check(), PORT, (None, 0, 8816)),
     **{
         ("serving.ServerConfig.__init__", name): (
             lambda v, name=name: serving.ServerConfig(**{name: v}).check(), COUNT, (1, 1 << 20))

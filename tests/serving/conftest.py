@@ -68,7 +68,8 @@ def secured(conn) -> Iterator[serving.FlussLakeServer]:
     srv.stop()
 
 
-@pytest.fixture
-def remote(server) -> Iterator[serving.RemoteConnection]:
-    with serving.connect(server.location) as client:
+@pytest.fixture(params=["lane", "flight"])
+def remote(server, request) -> Iterator[serving.RemoteConnection]:
+    """A client of `server`: small requests over the socket lane, or every call over Flight."""
+    with serving.connect(server.location, socket_lane=request.param == "lane") as client:
         yield client

@@ -80,7 +80,8 @@ def test_a_failing_batch_is_answered_request_by_request() -> None:
     assert coalescer.batches == 0  # the batch fell back to one call per request
 
 
-def test_concurrent_served_requests_equal_embedded_answers(conn, server, monkeypatch) -> None:
+@pytest.mark.parametrize("socket_lane", [True, False])  # batched by the lane's loop / by the Flight threads
+def test_concurrent_served_requests_equal_embedded_answers(conn, server, monkeypatch, socket_lane) -> None:
     real = server.serve_features
 
     def slow(*args, **kwargs):  # slow enough that concurrent requests queue behind the running one
@@ -93,7 +94,7 @@ def test_concurrent_served_requests_equal_embedded_answers(conn, server, monkeyp
     entity_sets = [[1, 2, 99], [3], [2, 2, 1], [5, 3], [1]]
 
     def ask(ids: list[int]) -> pl.DataFrame:
-        with serving.connect(server.location) as client:
+        with serving.connect(server.location, socket_lane=socket_lane) as client:
             remote_view = FeatureView.from_table(client.get_table("shop.customer"), entity_keys=["customer_id"],
                                                  features=["tier", "score"], prefix="c__")
             return client.online_features({"customer_id": ids}, remote_view)

@@ -1,0 +1,360 @@
+"""The socket lane: small lookups and online-feature requests over a plain TCP (or TLS) connection.
+
+A Flight call costs a Python client and server about 0.3 ms of CPU each before any work (gRPC's machinery and its
+thread handoffs; ``bench.serving`` reports this floor), which is most of a one-key lookup. The server therefore
+also listens on a second port (``ServerConfig.socket_port``; its number is in the ``health`` answer) where the
+small exchange verbs (``lookup``, ``prefix_lookup``, ``online_features`` up to
+:data:`~serving.protocol.UNARY_MAX_BYTES`) travel as length-prefixed frames on a kept-open connection, with the
+same bodies, answers, tokens, limits, metrics and errors as the Flight actions. The client uses it when the server
+offers it; everything else stays on Flight.
+
+Frames: ``<u32 length><body>`` from the client, ``<u8 status><u32 length><payload>`` back (status 0: the answer,
+Arrow IPC; 1: an error, the JSON of :func:`~serving.protocol.to_flight_error`'s ``extra_info``). The first frame
+of a connection is a hello, ``{"lane": 1, "token": ...}``, answered by a status frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import ssl
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any, Final
+
+from fluss_lake.exceptions import FlussLakeError
+from serving.errors import MalformedRequestError, RequestTooLargeError, ServerUnavailableError
+
+__all__ = ["LaneClient", "LaneServer", "LaneUnreachableError", "LANE_VERSION"]
+
+_log = logging.getLogger("serving")
+LANE_VERSION: Final = 1
+_REQUEST: Final = struct.Struct(">I")
+_ANSWER: Final = struct.Struct(">BI")
+_OK, _ERROR = 0, 1
+#: Connections one server keeps open at once; more are answered with an error and closed.
+MAX_CONNECTIONS: Final = 256
+
+
+class _Closed(Exception):
+    """The peer closed the connection between frames."""
+
+
+class LaneUnreachableError(ServerUnavailableError):
+    """No lane connection could be opened (a firewall, a proxy that passes only gRPC): use Flight instead."""
+
+
+def _read_exact(sock: socket.socket, size: int) -> bytearray:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        n = sock.recv_into(view[got:], size - got)
+        if n == 0:
+            raise _Closed
+        got += n
+    return buffer
+
+
+def _error_payload(exc: FlussLakeError) -> bytes:
+    return json.dumps({"class": type(exc).__name__, "message": str(exc), "retriable": bool(exc.retriable)}).encode()
+
+
+# ---------------------------------------------------------------------------------------------------- server
+class LaneServer:
+    """Accepts lane connections and answers their frames with ``answer([(caller, body), ...])``.
+
+    `authenticate(token)` returns the caller object handed to `answer` (raising
+    :class:`~serving.errors.AuthenticationError` for an unknown token). `answer` gets every request the loop read
+    in one pass (so it may answer several with one call) and returns, in order, each answer's bytes or the
+    exception to send: a :class:`~fluss_lake.FlussLakeError`, or a Flight error whose ``extra_info`` is sent as
+    is. One event-loop thread reads every connection and answers in arrival order: a one-key request costs tens
+    of microseconds, and threads answering them at once would spend more than that trading the interpreter lock.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        authenticate: Callable[[str | None], Any],
+        answer: Callable[[list[tuple[Any, bytes]]], list[bytes | BaseException]],
+        max_frame_bytes: int,
+        timeout_s: float,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self._authenticate = authenticate
+        self._answer = answer
+        self.max_frame = max_frame_bytes
+        self.timeout_s = timeout_s
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((host, port))
+            listener.listen(128)
+        except OSError:
+            listener.close()
+            raise
+        self.port: int = listener.getsockname()[1]
+        self.connections: set[_Connection] = set()
+        self._pending: list[tuple[_Connection, bytes]] = []
+        self._scheduled = False
+        self._stopping = False
+        self._loop = asyncio.new_event_loop()
+        self._server = self._loop.run_until_complete(
+            self._loop.create_server(
+                lambda: _Connection(self), sock=listener, ssl=tls, ssl_handshake_timeout=timeout_s if tls else None
+            )
+        )
+        self._thread = threading.Thread(target=self._loop.run_forever, name="serving-lane", daemon=True)
+        self._thread.start()
+
+    def stop(self, *, drain_s: float = 30.0) -> None:
+        """Accept nothing more, answer the requests already received, close every connection."""
+        if self._stopping:
+            return
+        self._stopping = True
+        done = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+        with contextlib.suppress(Exception):
+            done.result(timeout=drain_s + 5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    async def _shutdown(self) -> None:
+        self._server.close()
+        while self._pending or self._scheduled:  # answered in order by _drain, which runs between these sleeps
+            await asyncio.sleep(0.001)
+        for conn in list(self.connections):
+            conn.close()
+
+    # ---- called on the loop thread
+    def hello(self, body: bytes) -> Any:
+        """The caller a connection's first frame names (raises the library error that refuses it)."""
+        try:
+            hello = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            hello = None
+        if not isinstance(hello, dict) or hello.get("lane") != LANE_VERSION:
+            raise MalformedRequestError(f"a lane connection starts with a hello frame of version {LANE_VERSION}")
+        token = hello.get("token")
+        return self._authenticate(token if isinstance(token, str) else None)
+
+    def submit(self, conn: _Connection, body: bytes) -> None:
+        """Queue a request; the queue is answered once the loop has read every connection that is ready."""
+        self._pending.append((conn, body))
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        pending, self._pending = self._pending, []
+        try:
+            try:
+                answers = self._answer([(conn.caller, body) for conn, body in pending])
+            except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
+                answers = [exc] * len(pending)
+            for (conn, _), answer in zip(pending, answers, strict=True):
+                if isinstance(answer, bytes | bytearray):
+                    conn.send(_OK, answer)
+                elif isinstance(answer, FlussLakeError):
+                    conn.send(_ERROR, _error_payload(answer))
+                else:
+                    info = getattr(answer, "extra_info", None)
+                    conn.send(_ERROR, bytes(info) if info else _error_payload(ServerUnavailableError(str(answer))))
+        finally:
+            self._scheduled = bool(self._pending)
+            if self._scheduled:
+                self._loop.call_soon(self._drain)
+
+
+class _Connection(asyncio.Protocol):
+    """One lane connection: splits the byte stream into frames (the size checked before a body is kept)."""
+
+    def __init__(self, lane: LaneServer) -> None:
+        self.lane = lane
+        self.caller: Any = None
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._greeted = False
+        self._skip = 0  # bytes of an oversized frame still to read past
+        self._skipped = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if len(self.lane.connections) >= MAX_CONNECTIONS:
+            self.send(_ERROR, _error_payload(ServerUnavailableError("the server is at its connection limit")))
+            transport.close()
+            return
+        self.lane.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lane.connections.discard(self)
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def send(self, status: int, payload: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_ANSWER.pack(status, len(payload)) + payload)
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        while True:
+            if self._skip:
+                n = min(self._skip, len(buffer))
+                del buffer[:n]
+                self._skip -= n
+                if self._skip:
+                    break
+                self._refuse_size(self._skipped)
+                continue
+            if len(buffer) < _REQUEST.size:
+                break
+            (size,) = _REQUEST.unpack_from(buffer)
+            if size > self.lane.max_frame:
+                del buffer[: _REQUEST.size]
+                self._skip, self._skipped = size, size
+                if not size:
+                    self._refuse_size(size)
+                continue
+            end = _REQUEST.size + size
+            if len(buffer) < end:
+                break
+            body = bytes(buffer[_REQUEST.size : end])
+            del buffer[:end]
+            if not self._greeted:
+                try:
+                    self.caller = self.lane.hello(body)
+                except FlussLakeError as exc:
+                    self.send(_ERROR, _error_payload(exc))
+                    self.close()
+                    return
+                self._greeted = True
+                self.send(_OK, b"")
+            else:
+                self.lane.submit(self, body)
+        self._watch(bool(buffer) or bool(self._skip))
+
+    def _refuse_size(self, size: int) -> None:
+        limit = self.lane.max_frame
+        exc = RequestTooLargeError(
+            f"the request is {size} bytes, over the server's limit of {limit}; split it into smaller batches"
+        )
+        self.send(_ERROR, _error_payload(exc))
+
+    def _watch(self, partial: bool) -> None:
+        """A frame that has begun must arrive whole within the request time limit, or the connection closes."""
+        if not partial:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        elif self._timer is None and self.transport is not None:
+            self._timer = asyncio.get_running_loop().call_later(self.lane.timeout_s, self.close)
+
+
+# ---------------------------------------------------------------------------------------------------- client
+class LaneClient:
+    """Kept-open lane connections to one server (one per concurrent caller, reused), sending frame bodies.
+
+    :meth:`request` returns the answer's bytes or raises the library error the server sent; a transport failure
+    raises :class:`~serving.errors.ServerUnavailableError`.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        token: str | None,
+        timeout: float | None,
+        tls: ssl.SSLContext | None = None,
+        error: Callable[[bytes | bytearray], Exception],
+        connect_s: float = 2.0,
+    ) -> None:
+        self._address = (host, port)
+        self._connect_s = connect_s
+        self._token = token
+        self._timeout = timeout
+        self._tls = tls
+        self._error = error
+        self._idle: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the idle connections."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def _open(self) -> socket.socket:
+        host = self._address[0]
+        limit = self._connect_s if self._timeout is None else min(self._connect_s, self._timeout)
+        raw = socket.create_connection(self._address, timeout=limit)
+        raw.settimeout(self._timeout)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = self._tls.wrap_socket(raw, server_hostname=host) if self._tls is not None else raw
+        try:
+            status, payload = self._send(conn, json.dumps({"lane": LANE_VERSION, "token": self._token}).encode())
+        except _Closed:
+            conn.close()
+            raise OSError("the server closed the lane connection during its hello") from None
+        except BaseException:
+            conn.close()
+            raise
+        if status != _OK:
+            conn.close()
+            raise self._error(payload)
+        return conn
+
+    @staticmethod
+    def _send(conn: socket.socket, body: bytes) -> tuple[int, bytes | bytearray]:
+        conn.sendall(_REQUEST.pack(len(body)) + body)
+        first = conn.recv(1 << 16)  # a small answer arrives whole: one read for the header and the payload
+        while len(first) < _ANSWER.size:
+            more = conn.recv(1 << 16)
+            if not more:
+                raise _Closed
+            first += more
+        status, size = _ANSWER.unpack_from(first)
+        end = _ANSWER.size + size
+        if len(first) >= end:
+            return status, first[_ANSWER.size : end]
+        rest = _read_exact(conn, end - len(first))
+        return status, first[_ANSWER.size :] + rest
+
+    def request(self, body: bytes, *, retry: bool) -> bytes | bytearray:
+        """The answer to one frame body. `retry`: a read that may be sent again on a fresh connection if a kept
+        connection turns out closed (a server restarted since)."""
+        with self._lock:
+            conn = self._idle.pop() if self._idle else None
+        reused = conn is not None
+        if conn is None:
+            try:
+                conn = self._open()
+            except (OSError, ssl.SSLError) as exc:
+                raise LaneUnreachableError(f"cannot open the socket lane {self._address}: {exc!r}") from None
+        try:
+            status, payload = self._send(conn, body)
+        except (_Closed, OSError, ssl.SSLError) as exc:
+            conn.close()
+            if reused and retry:
+                return self.request(body, retry=False)
+            raise ServerUnavailableError(f"the server's socket lane {self._address} did not answer: {exc!r}") from None
+        with self._lock:
+            self._idle.append(conn)
+        if status != _OK:
+            raise self._error(payload)
+        return payload

@@ -1,0 +1,274 @@
+"""The socket lane (small lookups and online features over a kept-open TCP connection) gives the Flight answers and
+errors, keeps the tokens and limits, survives bad frames, falls back to Flight when it cannot be reached, retries a
+read on a connection the server closed, and drains on stop. Real server, real sockets."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import fluss_lake as fl
+import serving
+from fluss_lake.training import FeatureView, online_features
+from serving import lane as lane_module
+from serving.protocol import encode_command, error_from_info, read_ipc
+from tests.serving.conftest import OTHER, READER, TOKENS
+
+_REQUEST, _ANSWER = struct.Struct(">I"), struct.Struct(">BI")
+
+
+class RawLane:
+    """A hand-driven lane connection: frames exactly as written, answers as (status, payload)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+
+    def send(self, body: bytes, *, size: int | None = None) -> None:
+        self.sock.sendall(_REQUEST.pack(len(body) if size is None else size) + body)
+
+    def answer(self) -> tuple[int, bytes]:
+        head = self._exact(_ANSWER.size)
+        status, size = _ANSWER.unpack(head)
+        return status, self._exact(size)
+
+    def _exact(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            more = self.sock.recv(n - len(data))
+            if not more:
+                raise ConnectionError("closed")
+            data += more
+        return data
+
+    def hello(self, token: str | None = None) -> tuple[int, bytes]:
+        self.send(json.dumps({"lane": 1, "token": token}).encode())
+        return self.answer()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _lookup_body(table: str, key: dict) -> bytes:
+    return encode_command("lookup", table=table, with_found=True, key=key) + b"\n"
+
+
+def _error(payload: bytes) -> fl.FlussLakeError:
+    exc = error_from_info(payload)
+    assert exc is not None, payload
+    return exc
+
+
+def test_the_client_uses_the_lane_the_server_offers(server, conn):
+    port = server.lane.port
+    with serving.connect(server.location) as client:
+        assert client.health()["socket_port"] == port
+        table = client.get_table("shop.customer")
+        assert table.lookup_one({"id": 2}) == {"id": 2, "tier": "gold", "score": 0.5}
+        assert client._lane is not None
+        assert_frame_equal(table.lookup(pl.DataFrame({"id": [3, 1, 7]}), with_found=True),
+                           conn.get_table("shop.customer").lookup(pl.DataFrame({"id": [3, 1, 7]}), with_found=True))
+    lookups = server.metrics.snapshot()["tables"]["shop.customer"]["lookup"]
+    assert lookups["requests"] == 2 and lookups["rows_in"] == 4  # the lane's requests are counted as Flight's are
+    with serving.connect(server.location, socket_lane=False) as client:
+        assert client.get_table("shop.customer").lookup_one({"id": 2})["tier"] == "gold"
+        assert client._lane is None
+
+
+def test_a_server_without_a_lane_serves_everything_over_flight(conn):
+    srv = serving.FlussLakeServer(serving.ServerConfig(port=0, socket_port=None), connection=conn)
+    try:
+        assert srv.lane is None
+        with serving.connect(srv.location) as client:
+            assert client.health()["socket_port"] is None
+            assert client.get_table("shop.customer").lookup_one({"id": 1})["tier"] == "gold"
+            assert client._lane is None
+    finally:
+        srv.stop()
+    with pytest.raises(fl.InvalidConfigError, match="socket_port"):
+        serving.ServerConfig(port=0, socket_port=-1).check()
+
+
+def test_an_unreachable_lane_falls_back_to_flight(server, monkeypatch):
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    dead_port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now
+    real_health = serving.RemoteConnection.health
+    monkeypatch.setattr(serving.RemoteConnection, "health", lambda self: {**real_health(self), "socket_port": dead_port})
+    with serving.connect(server.location) as client:
+        assert client.get_table("shop.customer").lookup_one({"id": 3})["tier"] == "bronze"  # answered by Flight
+        assert client._lane is None  # given up for this connection
+        assert client.get_table("shop.customer").lookup_one({"id": 1})["tier"] == "gold"
+
+
+def test_tokens_are_checked_on_the_lane(secured, conn):
+    port = secured.lane.port
+    raw = RawLane(port)
+    try:
+        status, payload = raw.hello("not-a-token")
+        assert status == 1 and isinstance(_error(payload), serving.AuthenticationError)
+        with pytest.raises(ConnectionError):  # refused connections are closed
+            raw.hello(READER)
+    finally:
+        raw.close()
+    anonymous = RawLane(port)
+    try:
+        assert anonymous.hello(None) == (0, b"")
+        anonymous.send(_lookup_body("shop.customer", {"id": 1}))
+        status, payload = anonymous.answer()
+        assert status == 1 and "needs a bearer token" in str(_error(payload))
+    finally:
+        anonymous.close()
+    with serving.connect(secured.location, token=OTHER) as other, pytest.raises(serving.PermissionDeniedError):
+        other.get_table("shop.customer").lookup_one({"id": 1})
+    with serving.connect(secured.location, token="wrong") as wrong:
+        wrong._lane_known, wrong._lane = True, lane_module.LaneClient(
+            "127.0.0.1", port, token="wrong", timeout=10, error=lambda p: _error(bytes(p)))
+        with pytest.raises(serving.AuthenticationError, match="unknown bearer token"):
+            wrong._unary("lookup", _lookup_body("shop.customer", {"id": 1}))
+    with serving.connect(secured.location, token=READER) as reader:
+        assert reader.get_table("shop.customer").lookup_one({"id": 1})["tier"] == "gold"
+        assert reader._lane is not None
+
+
+def test_bad_frames_are_refused_and_the_connection_keeps_serving(conn):
+    srv = serving.FlussLakeServer(serving.ServerConfig(port=0, max_request_bytes=4096, max_command_bytes=1024),
+                                  connection=conn)
+    raw = RawLane(srv.lane.port)
+    try:
+        assert raw.hello() == (0, b"")
+        raw.send(b"x" * 6000)  # over the frame limit: read past, refused, the connection stays usable
+        status, payload = raw.answer()
+        assert status == 1 and isinstance(_error(payload), serving.RequestTooLargeError)
+        for body, error in [
+            (b"{not json\n", serving.MalformedRequestError),
+            (encode_command("append", table="shop.payments") + b"\n", serving.MalformedRequestError),  # no writes
+            (encode_command("lookup", table="shop.nope", key={"id": 1}) + b"\n", fl.TableNotExistError),
+            (encode_command("lookup", table="../etc", key={"id": 1}) + b"\n", fl.FlussLakeError),
+            (encode_command("lookup", table="shop.customer") + b"\nnot arrow", serving.MalformedRequestError),
+        ]:
+            raw.send(body)
+            status, payload = raw.answer()
+            assert status == 1 and isinstance(_error(payload), error), payload
+        raw.send(_lookup_body("shop.customer", {"id": 3}))
+        status, payload = raw.answer()
+        assert status == 0 and read_ipc(payload).to_dicts() == [
+            {"id": 3, "tier": "bronze", "score": 0.1, "_found": True}]
+        assert conn.get_table("shop.payments").scan_log().height == 0  # nothing was written
+    finally:
+        raw.close()
+        srv.stop()
+
+
+def test_a_bad_hello_and_a_stalled_frame_close_the_connection(conn):
+    srv = serving.FlussLakeServer(serving.ServerConfig(port=0, request_timeout_s=0.3), connection=conn)
+    try:
+        raw = RawLane(srv.lane.port)
+        raw.send(b'{"lane": 99}')
+        status, payload = raw.answer()
+        assert status == 1 and "hello" in str(_error(payload))
+        with pytest.raises(ConnectionError):
+            raw.answer()
+        raw.close()
+        stalled = RawLane(srv.lane.port)
+        assert stalled.hello() == (0, b"")
+        stalled.send(b"{", size=100)  # a frame that never arrives whole
+        time.sleep(0.8)
+        with pytest.raises((ConnectionError, OSError)):
+            stalled.send(b"x" * 99)
+            stalled.answer()
+        stalled.close()
+        with serving.connect(srv.location) as client:  # the server still serves
+            assert client.get_table("shop.customer").lookup_one({"id": 1})["tier"] == "gold"
+    finally:
+        srv.stop()
+
+
+def test_the_connection_limit_is_kept(server, monkeypatch):
+    monkeypatch.setattr(lane_module, "MAX_CONNECTIONS", 1)
+    first = RawLane(server.lane.port)
+    try:
+        assert first.hello() == (0, b"")
+        second = RawLane(server.lane.port)
+        status, payload = second.answer()  # refused at once, before any hello
+        assert status == 1 and isinstance(_error(payload), serving.ServerUnavailableError)
+        second.close()
+    finally:
+        first.close()
+
+
+def test_a_read_is_retried_on_a_connection_the_server_closed(server):
+    with serving.connect(server.location) as client:
+        table = client.get_table("shop.customer")
+        assert table.lookup_one({"id": 1})["tier"] == "gold"
+        done = threading.Event()
+
+        def close_all() -> None:
+            for c in list(server.lane.connections):
+                c.close()
+            done.set()
+
+        server.lane._loop.call_soon_threadsafe(close_all)
+        assert done.wait(5)
+        time.sleep(0.05)
+        assert table.lookup_one({"id": 2})["tier"] == "gold"  # the kept connection was closed: sent again
+
+
+def test_stop_answers_the_requests_in_flight(conn, monkeypatch):
+    srv = serving.FlussLakeServer(serving.ServerConfig(port=0), connection=conn)
+    real = srv.serve_features
+    started = threading.Event()
+
+    def slow(*args, **kwargs):
+        started.set()
+        time.sleep(0.4)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(srv, "serve_features", slow)
+    client = serving.connect(srv.location)
+    view = FeatureView.from_table(client.get_table("shop.customer"), entity_keys=["id"], features=["tier"])
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(client.online_features, {"id": [1, 2]}, view)
+        assert started.wait(5)
+        srv.stop()
+        assert pending.result(10)["tier"].to_list() == ["gold", "gold"]
+    client.close()
+
+
+def test_concurrent_online_features_share_a_call_and_a_bad_one_gets_its_own_error(conn, server, monkeypatch):
+    real = server.serve_features
+    calls = []
+
+    def slow(entities, *args, **kwargs):
+        calls.append(entities.height)
+        time.sleep(0.05)
+        return real(entities, *args, **kwargs)
+
+    monkeypatch.setattr(server, "serve_features", slow)
+    local = FeatureView.from_table(conn.get_table("shop.customer"), entity_keys=["id"], features=["tier", "score"])
+    sets = [[1, 2], [3], [2, 99], [1], [3, 3, 1]]
+
+    def ask(ids):
+        with serving.connect(server.location) as client:
+            view = FeatureView.from_table(client.get_table("shop.customer"), entity_keys=["id"],
+                                          features=["tier", "score"])
+            if ids is None:  # a view of a table the server does not have: refused by the server
+                command = encode_command("online_features", views=[{**view.definition(), "table": "shop.gone"}])
+                return client._exchange("online_features", command, pl.DataFrame({"id": [1]}).to_arrow())
+            return client.online_features({"id": ids}, view)
+
+    with ThreadPoolExecutor(len(sets) + 1) as pool:
+        futures = [pool.submit(ask, ids) for ids in [*sets, None]]
+        for ids, future in zip(sets, futures, strict=False):
+            assert_frame_equal(future.result(10), online_features({"id": ids}, local))
+        with pytest.raises(fl.TableNotExistError, match="shop.gone"):
+            futures[-1].result(10)
+    assert server._coalescer.batches >= 1 and len(calls) < len(sets)
