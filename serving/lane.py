@@ -195,6 +195,14 @@ class _Connection(asyncio.Protocol):
             return
         self.lane.connections.add(self)
 
+    def pause_writing(self) -> None:  # answers pile up unread: read no more requests until they drain
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.lane.connections.discard(self)
         if self._timer is not None:
@@ -225,9 +233,7 @@ class _Connection(asyncio.Protocol):
             (size,) = _REQUEST.unpack_from(buffer)
             if size > self.lane.max_frame:
                 del buffer[: _REQUEST.size]
-                self._skip, self._skipped = size, size
-                if not size:
-                    self._refuse_size(size)
+                self._skip, self._skipped = size, size  # read past it, then refuse it (_refuse_size)
                 continue
             end = _REQUEST.size + size
             if len(buffer) < end:

@@ -272,3 +272,36 @@ def test_concurrent_online_features_share_a_call_and_a_bad_one_gets_its_own_erro
         with pytest.raises(fl.TableNotExistError, match="shop.gone"):
             futures[-1].result(10)
     assert server._coalescer.batches >= 1 and len(calls) < len(sets)
+
+
+def conn_table_answer(server):
+    return server.connection.get_table("shop.customer").lookup(pl.DataFrame({"id": list(range(20_000))}),
+                                                               with_found=True).to_arrow()
+
+
+def test_a_client_that_does_not_read_its_answers_is_not_read_from(server):
+    raw = RawLane(server.lane.port)
+    try:
+        assert raw.hello() == (0, b"")
+        keys = pl.DataFrame({"id": list(range(20_000))}).to_arrow()
+        from serving.protocol import encode_unary
+
+        body = encode_unary(encode_command("lookup", table="shop.customer", with_found=True), keys)
+        raw.sock.settimeout(0.5)
+        sent = 0
+        with pytest.raises(TimeoutError):  # the server stops reading once the unread answers fill its buffers
+            for _ in range(10_000):
+                raw.send(body)
+                sent += 1
+        assert 0 < sent < 10_000
+        time.sleep(1.0)  # let the server answer all it has read
+        buffered = max(c.transport.get_write_buffer_size() for c in list(server.lane.connections))
+        one_answer = len(encode_unary(b"", conn_table_answer(server)))
+        assert buffered <= 3 * one_answer, (buffered, one_answer)  # not every request the kernel held
+        raw.sock.settimeout(30)
+        status, payload = raw.answer()  # reading again lets it go on
+        assert status == 0 and read_ipc(payload).height == 20_000
+    finally:
+        raw.close()
+    with serving.connect(server.location) as client:
+        assert client.get_table("shop.customer").lookup_one({"id": 1})["tier"] == "gold"
