@@ -23,7 +23,9 @@ import socket
 import ssl
 import struct
 import threading
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Final
 
 from fluss_lake.exceptions import FlussLakeError
@@ -85,9 +87,14 @@ class LaneServer:
         max_frame_bytes: int,
         timeout_s: float,
         tls: ssl.SSLContext | None = None,
+        threads: int = 0,
     ) -> None:
         self._authenticate = authenticate
         self._answer = answer
+        # threads > 0: passes are answered on a pool (a store on object storage waits on the network per lookup:
+        # those waits overlap); 0: on the loop thread itself (a local store: nothing to wait for)
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="serving-lane-work") if threads else None
+        self._running = 0
         self.max_frame = max_frame_bytes
         self.timeout_s = timeout_s
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -128,10 +135,12 @@ class LaneServer:
 
     async def _shutdown(self) -> None:
         self._server.close()
-        while self._pending or self._scheduled:  # answered in order by _drain, which runs between these sleeps
+        while self._pending or self._scheduled or self._running:  # answered by _drain between these sleeps
             await asyncio.sleep(0.001)
         for conn in list(self.connections):
             conn.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
     # ---- called on the loop thread
     def hello(self, body: bytes) -> Any:
@@ -154,23 +163,36 @@ class LaneServer:
 
     def _drain(self) -> None:
         pending, self._pending = self._pending, []
+        self._scheduled = False
+        items = [(conn.caller, body) for conn, body in pending]
+        if self._pool is None:
+            self._deliver(pending, self._answers(items))
+            return
+        self._running += 1
+        future = self._pool.submit(self._answers, items)
+        future.add_done_callback(lambda done: self._loop.call_soon_threadsafe(self._finish, pending, done))
+
+    def _finish(self, pending: list[tuple[_Connection, bytes]], done: Future[list[bytes | BaseException]]) -> None:
+        self._running -= 1
+        self._deliver(pending, done.result())
+
+    def _answers(self, items: list[tuple[Any, bytes]]) -> list[bytes | BaseException]:
         try:
-            try:
-                answers = self._answer([(conn.caller, body) for conn, body in pending])
-            except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
-                answers = [exc] * len(pending)
-            for (conn, _), answer in zip(pending, answers, strict=True):
-                if isinstance(answer, bytes | bytearray):
-                    conn.send(_OK, answer)
-                elif isinstance(answer, FlussLakeError):
-                    conn.send(_ERROR, _error_payload(answer))
-                else:
-                    info = getattr(answer, "extra_info", None)
-                    conn.send(_ERROR, bytes(info) if info else _error_payload(ServerUnavailableError(str(answer))))
-        finally:
-            self._scheduled = bool(self._pending)
-            if self._scheduled:
-                self._loop.call_soon(self._drain)
+            return self._answer(items)
+        except Exception as exc:  # noqa: BLE001 - every request of the pass gets the error
+            return [exc] * len(items)
+
+    def _deliver(self, pending: list[tuple[_Connection, bytes]], answers: list[bytes | BaseException]) -> None:
+        for (conn, _), answer in zip(pending, answers, strict=True):
+            if isinstance(answer, bytes | bytearray):
+                conn.send(_OK, answer)
+            elif isinstance(answer, FlussLakeError):
+                conn.send(_ERROR, _error_payload(answer))
+            else:
+                info = getattr(answer, "extra_info", None)
+                conn.send(_ERROR, bytes(info) if info else _error_payload(ServerUnavailableError(str(answer))))
+            conn.busy = False
+            conn.next_request()
 
 
 class _Connection(asyncio.Protocol):
@@ -185,6 +207,9 @@ class _Connection(asyncio.Protocol):
         self._skip = 0  # bytes of an oversized frame still to read past
         self._skipped = 0
         self._timer: asyncio.TimerHandle | None = None
+        self.busy = False  # a request of this connection is being answered
+        self.backlog: deque[bytes] = deque()
+        self._stalled = False  # the client does not read its answers
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -195,13 +220,27 @@ class _Connection(asyncio.Protocol):
             return
         self.lane.connections.add(self)
 
-    def pause_writing(self) -> None:  # answers pile up unread: read no more requests until they drain
+    def pause_writing(self) -> None:  # answers pile up unread: read and answer nothing more until they drain
+        self._stalled = True
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self._stalled = False
         if self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
+        self.next_request()
+
+    def request(self, body: bytes) -> None:
+        self.backlog.append(body)
+        self.next_request()
+
+    def next_request(self) -> None:
+        """Hand the next frame to the lane, unless one is in work (a connection's answers keep their order) or
+        its answers are not being read."""
+        if self.backlog and not self.busy and not self._stalled:
+            self.busy = True
+            self.lane.submit(self, self.backlog.popleft())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lane.connections.discard(self)
@@ -250,7 +289,7 @@ class _Connection(asyncio.Protocol):
                 self._greeted = True
                 self.send(_OK, b"")
             else:
-                self.lane.submit(self, body)
+                self.request(body)
         self._watch(bool(buffer) or bool(self._skip))
 
     def _refuse_size(self, size: int) -> None:

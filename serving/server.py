@@ -42,6 +42,7 @@ import pyarrow.flight as flight
 import fluss_lake as fl
 from fluss_lake._utils.arguments import check_int, check_seconds
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError, TableNotExistError
+from fluss_lake.io.store import LocalStore
 from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.training import FeatureView, OnlineFeatures, online_features
 from serving.auth import Token, TokenSet
@@ -306,6 +307,7 @@ class FlussLakeServer(flight.FlightServerBase):
                     max_frame_bytes=config.max_request_bytes + config.max_command_bytes,
                     timeout_s=config.request_timeout_s,
                     tls=context,
+                    threads=0 if isinstance(self.connection.store, LocalStore) else 8,
                 )
             except OSError as exc:
                 self.shutdown()

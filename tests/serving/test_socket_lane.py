@@ -305,3 +305,37 @@ def test_a_client_that_does_not_read_its_answers_is_not_read_from(server):
         raw.close()
     with serving.connect(server.location) as client:
         assert client.get_table("shop.customer").lookup_one({"id": 1})["tier"] == "gold"
+
+
+def test_a_store_on_s3_is_served_by_a_pool_and_answers_stay_in_order(s3_url, tmp_path):
+    url, options = s3_url  # moto's server on 127.0.0.1: each lookup waits on the network, so passes overlap
+    store = fl.connect(url, storage_options=options, local_dir=str(tmp_path / "cache"))
+    store.create_database("shop")
+    store.create_table("shop.customer", schema={"id": "BIGINT", "tier": "STRING"}, primary_key=["id"],
+                       bucket_num=2)
+    local = store.get_table("shop.customer")
+    local.upsert([{"id": i, "tier": f"t{i}"} for i in range(40)])
+    srv = serving.FlussLakeServer(serving.ServerConfig(port=0), connection=store)
+    try:
+        assert srv.lane._pool is not None
+
+        def ask(i: int) -> list:
+            with serving.connect(srv.location) as client:
+                table = client.get_table("shop.customer")
+                return [table.lookup_one({"id": (i + j) % 45}) for j in range(10)]
+
+        with ThreadPoolExecutor(6) as pool:
+            answers = list(pool.map(ask, range(6)))
+        for i, rows in enumerate(answers):
+            assert rows == [local.lookup_one({"id": (i + j) % 45}) for j in range(10)]
+        raw = RawLane(srv.lane.port)  # three frames sent at once: three answers, in order
+        try:
+            assert raw.hello() == (0, b"")
+            raw.sock.sendall(b"".join(_REQUEST.pack(len(b)) + b for b in (
+                _lookup_body("shop.customer", {"id": k}) for k in (3, 41, 7))))
+            got = [read_ipc(raw.answer()[1]).to_dicts()[0] for _ in range(3)]
+            assert [(r["id"], r["_found"]) for r in got] == [(3, True), (41, False), (7, True)]
+        finally:
+            raw.close()
+    finally:
+        srv.stop()
