@@ -27,6 +27,7 @@ import ssl
 import threading
 import time
 import traceback
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from fluss_lake.exceptions import FlussLakeError, InvalidConfigError, TableNotEx
 from fluss_lake.io.store import LocalStore
 from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.training import FeatureView, OnlineFeatures, online_features
+from fluss_lake.training.feature_log import log_served_many
 from serving.auth import Token, TokenSet
 from serving.coalesce import Coalescer
 from serving.errors import (
@@ -602,7 +604,8 @@ class FlussLakeServer(flight.FlightServerBase):
 
     def _lane_answers(self, items: list[tuple[Any, bytes]]) -> list[bytes | BaseException]:
         """The answers to the lane requests read in one pass of its loop, in order. Online-features requests for
-        the same views among them share one call (as :class:`~serving.coalesce.Coalescer` does for threads)."""
+        the same views among them share one call (as :class:`~serving.coalesce.Coalescer` does for threads), and
+        those that go to the same served-feature log share one append (one commit), each under its own id."""
         answers: list[bytes | BaseException | None] = [None] * len(items)
         groups: dict[tuple[str, ...], list[tuple[int, dict, pl.DataFrame, list[FeatureView]]]] = {}
         for i, (context, body) in enumerate(items if len(items) > 1 else ()):
@@ -610,30 +613,16 @@ class FlussLakeServer(flight.FlightServerBase):
                 command, data = decode_unary(body, limit=self.config.max_command_bytes, expected=EXCHANGE_VERBS)
                 if command["verb"] != "online_features" or data is None or data.height > self.config.max_request_rows:
                     continue
-                key = self._shared(command)
-                if key is not None:
-                    groups.setdefault(key, []).append((i, command, data, self._online_views(context, command)))
+                if command.get("now") is None:  # a request at its own time is answered alone
+                    views = self._online_views(context, command)
+                    log_name = command.get("log") or self.config.log_table or ""
+                    key = (log_name, *(json.dumps(d, sort_keys=True) for d in command["views"]))
+                    groups.setdefault(key, []).append((i, command, data, views))
             except FlussLakeError:
                 continue  # answered alone below, with its error and its metrics
-        for members in groups.values():
-            if len(members) < 2:
-                continue
-            views = members[0][3]
-            started = time.perf_counter()
-            results = self._coalescer.together([m[2] for m in members], partial(self._shared_features, views))
-            seconds = time.perf_counter() - started
-            for (i, command, data, _), result in zip(members, results, strict=True):
-                failed = isinstance(result, BaseException)
-                if isinstance(result, BaseException):
-                    answers[i] = self._public_error(result, "online_features", _view_tables(command))
-                else:
-                    answers[i] = ipc_bytes(_online_frame(result, command))
-                rows_out = 0 if failed else data.height
-                table = _view_tables(command)
-                known = table if table in self._tables else None
-                self.metrics.record(
-                    "online_features", known, seconds=seconds, rows_in=data.height, rows_out=rows_out, error=failed
-                )
+        for key, members in groups.items():
+            if len(members) > 1:
+                self._answer_together(key[0], members, answers)
         out: list[bytes | BaseException] = []
         for (context, body), answer in zip(items, answers, strict=True):
             if answer is None:
@@ -643,6 +632,43 @@ class FlussLakeServer(flight.FlightServerBase):
                     answer = exc
             out.append(answer)
         return out
+
+    def _answer_together(
+        self,
+        log_name: str,
+        members: list[tuple[int, dict, pl.DataFrame, list[FeatureView]]],
+        answers: list[bytes | BaseException | None],
+    ) -> None:
+        """One online-features call for requests of the same views (then one log append if they are logged)."""
+        started = time.perf_counter()
+        results: list[OnlineFeatures | BaseException] = self._coalescer.together(
+            [m[2] for m in members], partial(self._shared_features, members[0][3])
+        )
+        if log_name:
+            answered = [(k, r) for k, r in enumerate(results) if not isinstance(r, BaseException)]
+            ids = {k: members[k][1].get("request_id") or uuid.uuid4().hex for k, _ in answered}
+            try:
+                if answered:
+                    log_served_many(self.table(log_name), [(r, ids[k]) for k, r in answered])
+            except Exception as exc:  # noqa: BLE001 - a failed log write fails each call it would have logged
+                for k, _ in answered:
+                    results[k] = exc
+        seconds = time.perf_counter() - started
+        for (i, command, data, _), result in zip(members, results, strict=True):
+            table = _view_tables(command)
+            failed = isinstance(result, BaseException)
+            if isinstance(result, BaseException):
+                answers[i] = self._public_error(result, "online_features", table)
+            else:
+                answers[i] = ipc_bytes(_online_frame(result, command))
+            self.metrics.record(
+                "online_features",
+                table if table in self._tables else None,
+                seconds=seconds,
+                rows_in=data.height,
+                rows_out=0 if failed else data.height,
+                error=failed,
+            )
 
     def _shared_features(self, views: list[FeatureView], entities: pl.DataFrame) -> OnlineFeatures:
         return self.serve_features(entities, views, now=None, log=None, request_id=None)

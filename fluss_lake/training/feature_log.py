@@ -36,7 +36,7 @@ from fluss_lake.write.write_result import WriteResult
 if TYPE_CHECKING:
     from fluss_lake.training.online import OnlineFeatures
 
-__all__ = ["FEATURE_LOG_SCHEMA", "create_feature_log", "log_served_features", "served_features"]
+__all__ = ["FEATURE_LOG_SCHEMA", "create_feature_log", "log_served_features", "log_served_many", "served_features"]
 
 FEATURE_LOG_SCHEMA: dict[str, pl.DataType] = {
     "request_id": pl.String(),
@@ -115,6 +115,20 @@ def log_served_features(log: Table, result: OnlineFeatures, *, request_id: str |
     [('r1', 1, 'gold'), ('r1', 2, None)]
     """
     _check_log(log)
+    return log.append(_served_rows(result, request_id or uuid.uuid4().hex))
+
+
+def log_served_many(log: Table, answers: Sequence[tuple[OnlineFeatures, str]]) -> WriteResult:
+    """Append several answered requests (each with its request id) as one write batch: one commit for the
+    requests a server answered together."""
+    _check_log(log)
+    if not answers:
+        raise InvalidConfigError("log_served_many needs at least one (answer, request id) pair")
+    return log.append(pl.concat([_served_rows(result, request_id) for result, request_id in answers]))
+
+
+def _served_rows(result: OnlineFeatures, request_id: str) -> pl.DataFrame:
+    """The log rows of one answered request."""
     views = result.views
     frame = result.frame
     entity = _entity_columns(views)
@@ -127,15 +141,14 @@ def log_served_features(log: Table, result: OnlineFeatures, *, request_id: str |
         ],
         separators=(",", ":"),
     )
-    rows = frame.select(
-        pl.lit(request_id or uuid.uuid4().hex, dtype=pl.String).alias("request_id"),
+    return frame.select(
+        pl.lit(request_id, dtype=pl.String).alias("request_id"),
         pl.int_range(pl.len(), dtype=pl.Int32).alias("row"),
         pl.lit(result.now, dtype=pl.Datetime("us", "UTC")).alias("served_ts"),
         pl.struct(entity).struct.json_encode().alias("entity"),
         (pl.struct(features).struct.json_encode() if features else pl.lit("{}")).alias("features"),
         pl.lit(described, dtype=pl.String).alias("views"),
     )
-    return log.append(rows)
 
 
 def served_features(

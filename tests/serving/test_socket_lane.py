@@ -339,3 +339,82 @@ def test_a_store_on_s3_is_served_by_a_pool_and_answers_stay_in_order(s3_url, tmp
             raw.close()
     finally:
         srv.stop()
+
+
+def test_logged_requests_answered_together_share_one_log_append(conn, server, monkeypatch):
+    from fluss_lake.training import served_features
+
+    import serving.server as server_module
+
+    real, appends = server.serve_features, []
+    real_many = server_module.log_served_many
+
+    def slow(*args, **kwargs):
+        time.sleep(0.05)
+        return real(*args, **kwargs)
+
+    def counted(log, answers):
+        appends.append([request_id for _, request_id in answers])
+        return real_many(log, answers)
+
+    monkeypatch.setattr(server, "serve_features", slow)
+    monkeypatch.setattr(server_module, "log_served_many", counted)
+    local = FeatureView.from_table(conn.get_table("shop.customer"), entity_keys=["id"], features=["tier"])
+    sets = {f"r{i}": ids for i, ids in enumerate([[1], [2, 3], [3], [1, 2], [99]])}
+
+    def ask(request_id):
+        with serving.connect(server.location) as client:
+            view = FeatureView.from_table(client.get_table("shop.customer"), entity_keys=["id"], features=["tier"])
+            return client.online_features({"id": sets[request_id]}, view, log="audit.served", request_id=request_id)
+
+    with ThreadPoolExecutor(len(sets)) as pool:
+        answers = dict(zip(sets, pool.map(ask, sets), strict=True))
+    for request_id, ids in sets.items():
+        assert_frame_equal(answers[request_id], online_features({"id": ids}, local))
+    logged = served_features(conn.get_table("audit.served"))
+    for request_id, ids in sets.items():  # every request logged once, under its own id, with what it was served
+        mine = logged.filter(pl.col("request_id") == request_id).sort("row")
+        assert mine.get_column("id").to_list() == ids
+        assert mine.get_column("tier").to_list() == answers[request_id]["tier"].to_list()
+    assert appends and any(len(ids) > 1 for ids in appends)  # requests answered together: one append
+    assert {r for ids in appends for r in ids} <= set(sets)  # each under its own id
+
+
+def test_a_failed_shared_log_append_fails_each_request_it_would_have_logged(conn, server, monkeypatch):
+    from fluss_lake.training import served_features
+
+    import serving.server as server_module
+
+    real, shared = server.serve_features, []
+
+    def slow(*args, **kwargs):
+        time.sleep(0.05)
+        return real(*args, **kwargs)
+
+    def broken(log, answers):
+        shared.extend(request_id for _, request_id in answers)
+        raise fl.StorageError("the log's storage refused the write")
+
+    monkeypatch.setattr(server, "serve_features", slow)
+    monkeypatch.setattr(server_module, "log_served_many", broken)
+
+    def ask(request_id):
+        with serving.connect(server.location) as client:
+            view = FeatureView.from_table(client.get_table("shop.customer"), entity_keys=["id"], features=["tier"])
+            return client.online_features({"id": [1, 2]}, view, log="audit.served", request_id=request_id)
+
+    ids = [f"q{i}" for i in range(5)]
+    outcomes = {}
+    with ThreadPoolExecutor(len(ids)) as pool:
+        for request_id, future in zip(ids, [pool.submit(ask, r) for r in ids], strict=True):
+            try:
+                outcomes[request_id] = future.result(10)
+            except fl.FlussLakeError as exc:
+                outcomes[request_id] = exc
+    logged = set(served_features(conn.get_table("audit.served")).get_column("request_id").to_list())
+    assert shared  # some requests were answered together
+    for request_id in ids:
+        if request_id in shared:  # its shared append failed: the call failed, nothing of it logged
+            assert isinstance(outcomes[request_id], fl.StorageError) and request_id not in logged
+        else:  # answered alone: logged by its own call
+            assert not isinstance(outcomes[request_id], BaseException) and request_id in logged
