@@ -182,9 +182,13 @@ class RemoteConnection:
             results = list(self._client.do_action(flight.Action(kind, json.dumps(body).encode()), self._options))
         return json.loads(results[0].body.to_pybytes())
 
-    def _exchange(self, verb: str, command: bytes, data: pa.Table, *, retry: bool = True) -> pl.DataFrame:
-        if data.nbytes <= UNARY_MAX_BYTES:  # one message each way: a quarter of an exchange's cost
-            return self._unary(verb, encode_unary(command, data), retry=retry)
+    def _exchange(
+        self, verb: str, command: bytes, rows: pa.Table | pl.DataFrame, *, retry: bool = True
+    ) -> pl.DataFrame:
+        size = rows.nbytes if isinstance(rows, pa.Table) else rows.estimated_size()
+        if size <= UNARY_MAX_BYTES:  # one message each way: a quarter of an exchange's cost
+            return self._unary(verb, encode_unary(command, rows), retry=retry)
+        data = rows if isinstance(rows, pa.Table) else rows.to_arrow()
         with _errors():
             writer, reader = self._client.do_exchange(flight.FlightDescriptor.for_command(command), self._options)
             with writer:
@@ -302,20 +306,19 @@ class RemoteConnection:
             "online_features",
             views=definitions,
             now=None if now is None else as_utc(now, what="now").isoformat(),
-            with_status=True,
+            with_status=with_status,
             log=log_name,
             request_id=request_id,
         )
         # a logged request is not sent twice (a lane connection found closed is retried only for plain reads)
-        out = self._exchange("online_features", command, entities.to_arrow(), retry=log_name is None)
-        status = [out.get_column(f"{STATUS_PREFIX}{i}").cast(STATUS) for i in range(len(views))]
-        times = [out.get_column(f"{TIME_PREFIX}{i}") for i in range(len(views))]
-        frame = pl.DataFrame([out.get_column(c) for c in out.columns if not c.startswith((STATUS_PREFIX, TIME_PREFIX))])
+        out = self._exchange("online_features", command, entities, retry=log_name is None)
         if not with_status:
-            return frame
+            return out
+        status = [out.drop_in_place(f"{STATUS_PREFIX}{i}").cast(STATUS) for i in range(len(views))]
+        times = [out.drop_in_place(f"{TIME_PREFIX}{i}") for i in range(len(views))]
         when = as_utc(now, what="now") if now is not None else None
         return OnlineFeatures(
-            frame,
+            out,
             when if when is not None else datetime.now().astimezone(),
             tuple(s.alias(v.name or v.prefix or "status") for s, v in zip(status, views, strict=True)),
             tuple(t.alias(v.name or v.prefix or "time") for t, v in zip(times, views, strict=True)),

@@ -88,7 +88,7 @@ def read_ipc(data: Any) -> pl.DataFrame:
     return pl.read_ipc_stream(io.BytesIO(memoryview(data)))
 
 
-def encode_unary(command: bytes, rows: pa.Table) -> bytes:
+def encode_unary(command: bytes, rows: pa.Table | pl.DataFrame) -> bytes:
     """An exchange verb as an action body: the JSON command, a newline (JSON escapes its own), the rows as IPC."""
     return command + b"\n" + ipc_bytes(rows)
 
