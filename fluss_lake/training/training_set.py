@@ -390,7 +390,9 @@ def _in_log_order(history: pl.DataFrame, tn: str) -> pl.DataFrame:
     """
     if not (_log_ordered(history.head(4096), tn) and _log_ordered(history, tn)):  # the head fails fast
         history = history.sort(tn, OFFSET)  # a key's records share one bucket: (time, offset) is its full order
-    return history.drop(*(c for c in (PARTITION, BUCKET) if c in history.columns), OFFSET)
+    # one chunk: the as-of join gathers its matches from the right side, about twice as fast from one chunk than
+    # from a scan's chunk per row group (a copy of the few columns kept)
+    return history.drop(*(c for c in (PARTITION, BUCKET) if c in history.columns), OFFSET).rechunk()
 
 
 def _log_ordered(history: pl.DataFrame, tn: str) -> bool:
