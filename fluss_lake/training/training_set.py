@@ -181,10 +181,13 @@ def _chunked(
     """:func:`training_set` view by view, each in `chunks` passes over parts of its keys (bounded memory)."""
     counts = [v.history.lazy().group_by(BUCKET).agg(pl.len().alias("n")).sort(BUCKET) for v in views]
     left, *counted = pl.collect_all([_narrow(base.lazy(), views, prediction), *counts], engine="in-memory")
+    passes = [
+        _BucketPasses.of(left, schema, v, i, unit, _bucket_ranges(counted[i], chunks)) for i, v in enumerate(views)
+    ]
+    _run_passes([p for p in passes if p is not None])
     parts = [base]
     for i, view in enumerate(views):
-        ranges = _bucket_ranges(counted[i], chunks)
-        joined = None if ranges is None else _by_buckets(left, schema, view, i, unit, ranges)
+        joined = None if passes[i] is None else passes[i].result()  # type: ignore[union-attr]
         if joined is None:
             joined = _by_key_hash(left, schema, view, i, unit, chunks)
         parts.append(_in_row_order(joined))
@@ -209,37 +212,89 @@ def _bucket_ranges(counts: pl.DataFrame, chunks: int) -> list[tuple[int, int]] |
     return list(zip(ranges.get_column("lo").to_list(), ranges.get_column("hi").to_list(), strict=True))
 
 
-def _by_buckets(
-    left: pl.DataFrame, schema: pl.Schema, view: FeatureView, i: int, unit: str, ranges: list[tuple[int, int]]
-) -> pl.DataFrame | None:
-    """One view joined range of buckets by range: each entity row in the pass of the range holding its key
-    (``_ROW`` + the view's columns, every row once); None if a key is in buckets of two ranges (not a history's
-    layout: the caller then chunks by key hash)."""
-    spec = _spec(schema, view, i)
-    left = left.with_columns(spec.left_casts) if spec.left_casts else left
-    reads = [
-        _right(view, i, unit, spec, rows=pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES) & pl.col(BUCKET).is_between(lo, hi))
-        for lo, hi in ranges
-    ]
-    taken = pl.repeat(False, left.height, dtype=pl.Boolean, eager=True)  # by row number: the rows joined so far
-    pieces = []
-    right = reads[0].collect(engine="in-memory")
-    for c in range(len(reads)):  # one pass per range of buckets: a handful, not per row
-        joined = _join_right(_with_key_in(left, right, spec), right.lazy(), view, i, spec)
-        joined = joined.select(_ROW, *view.output_names())
-        if c + 1 < len(reads):  # the next range is read while this one is joined (two passes in memory at most)
-            piece, right = pl.collect_all([joined, reads[c + 1]], engine="in-memory")
+@dataclass(slots=True)
+class _BucketPasses:
+    """One view joined range of buckets by range: each entity row in the pass of the range holding its key.
+
+    `pieces` collects each pass's ``_ROW`` + the view's columns; `failed` is set if a key is in buckets of two
+    ranges (not a history's layout: the caller then chunks by key hash)."""
+
+    left: pl.DataFrame
+    view: FeatureView
+    i: int
+    spec: _Spec
+    reads: list[pl.LazyFrame]
+    taken: pl.Series  # by row number: the rows joined so far
+    pieces: list[pl.DataFrame]
+    failed: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        left: pl.DataFrame,
+        schema: pl.Schema,
+        view: FeatureView,
+        i: int,
+        unit: str,
+        ranges: list[tuple[int, int]] | None,
+    ) -> _BucketPasses | None:
+        if ranges is None:
+            return None
+        spec = _spec(schema, view, i)
+        left = left.with_columns(spec.left_casts) if spec.left_casts else left
+        value_rows = pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES)
+        reads = [_right(view, i, unit, spec, rows=value_rows & pl.col(BUCKET).is_between(lo, hi)) for lo, hi in ranges]
+        taken = pl.repeat(False, left.height, dtype=pl.Boolean, eager=True)
+        return cls(left, view, i, spec, reads, taken, [])
+
+    def join(self, right: pl.DataFrame) -> pl.LazyFrame:
+        """The entity rows whose key has a record in `right` (one range's records), joined with it."""
+        joined = _join_right(_with_key_in(self.left, right, self.spec), right.lazy(), self.view, self.i, self.spec)
+        return joined.select(_ROW, *self.view.output_names())
+
+    def add(self, piece: pl.DataFrame) -> None:
+        rows = piece.get_column(_ROW)
+        if self.taken.gather(rows).any():
+            self.failed = True
+            self.pieces = []
+            return
+        self.taken.scatter(rows, True)
+        self.pieces.append(piece)
+
+    def result(self) -> pl.DataFrame | None:
+        """Every entity row once (keys without records: nulls); None if the passes failed."""
+        if self.failed:
+            return None
+        left, names = self.left, self.view.output_names()
+        types = self.pieces[0].schema
+        rest = left.filter(~self.taken.gather(left.get_column(_ROW)))
+        return pl.concat([*self.pieces, rest.select(_ROW, *(pl.lit(None, types[n]).alias(n) for n in names))])
+
+
+def _run_passes(views: list[_BucketPasses]) -> None:
+    """Every view's passes, one range after the other across the views: the next range (of this view or the
+    next) is read while the current one is joined, so two ranges are in memory at most and no view waits for
+    its first read."""
+    tasks = [(v, c) for v in views for c in range(len(v.reads))]  # a handful per view, not per row
+    k = 0
+    right = tasks[0][0].reads[0].collect(engine="in-memory") if tasks else None
+    while k < len(tasks):
+        view = tasks[k][0]
+        nxt = next((j for j in range(k + 1, len(tasks)) if not tasks[j][0].failed), None)
+        joined = view.join(right)  # type: ignore[arg-type]
+        if nxt is not None:
+            piece, right = pl.collect_all([joined, tasks[nxt][0].reads[tasks[nxt][1]]], engine="in-memory")
         else:
             piece = joined.collect(engine="in-memory")
-        rows = piece.get_column(_ROW)
-        if taken.gather(rows).any():
-            return None
-        taken.scatter(rows, True)
-        pieces.append(piece)
-    types = pieces[0].schema  # the rows of keys without records: nulls
-    rest = left.filter(~taken.gather(left.get_column(_ROW)))
-    pieces.append(rest.select(_ROW, *(pl.lit(None, types[n]).alias(n) for n in view.output_names())))
-    return pl.concat(pieces)
+        view.add(piece)
+        if view.failed:  # skip its other ranges; a range of it read ahead is read again below if it is next
+            rest = [j for j in range(k + 1, len(tasks)) if not tasks[j][0].failed]
+            if nxt is not None and rest and rest[0] != nxt:
+                right = tasks[rest[0]][0].reads[tasks[rest[0]][1]].collect(engine="in-memory")
+            nxt = rest[0] if rest else None
+        if nxt is None:
+            break
+        k = nxt
 
 
 def _with_key_in(left: pl.DataFrame, right: pl.DataFrame, spec: _Spec) -> pl.LazyFrame:

@@ -3,6 +3,7 @@ on random histories, in every time mode, with two views, TTLs, lazy scans and en
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
@@ -88,6 +89,26 @@ def test_a_key_in_two_bucket_ranges_falls_back_to_key_hash_passes():
     chunked = training_set(entities, view, key_chunks=2)
     assert chunked["v"].to_list() == [20, 30, 40, None]
     assert chunked.equals(training_set(entities, view))
+
+
+def test_a_view_falling_back_leaves_the_next_views_bucket_passes_exact():
+    """The passes of all views run as one sequence (the next range read while one is joined): when the first
+    view's passes fail (key 1 in two bucket ranges) after the second view's first range was read ahead, both views
+    still give the in-memory rows."""
+    at_ = [datetime(2026, 1, d, tzinfo=UTC) for d in (1, 2, 5, 6)]
+    system = {"__bucket": [0, 0, 1, 2], "__offset": [0, 1, 0, 0], "__timestamp": at_}
+    bad = pl.DataFrame({"id": [1, 2, 1, 3], "v": [10, 30, 20, 40], "__change_type": ["+I", "+I", "+U", "+I"], **system})
+    good = pl.DataFrame({"id": [1, 2, 3, 4], "w": [1, 2, 3, 4], "__change_type": ["+I", "-D", "+I", "+I"], **system})
+    entities = pl.DataFrame({"id": [1, 2, 3, 4, 5], "prediction_ts": [at_[3], at_[3], at_[0], at_[3], at_[3]]})
+    for chunks, views in itertools.product(
+        (2, 3),
+        ([FeatureView(bad.lazy(), keys=["id"]), FeatureView(good.lazy(), keys=["id"])],
+         [FeatureView(good.lazy(), keys=["id"]), FeatureView(bad.lazy(), keys=["id"])]),
+    ):  # 3 passes: the first view fails in its second pass, when its third range was read ahead
+        chunked = training_set(entities, views, key_chunks=chunks)
+        assert chunked["v"].to_list() == [20, 30, None, None, None]
+        assert chunked["w"].to_list() == [1, None, None, 4, None]
+        assert chunked.equals(training_set(entities, views))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
