@@ -217,7 +217,8 @@ class _BucketPasses:
     """One view joined range of buckets by range: each entity row in the pass of the range holding its key.
 
     `pieces` collects each pass's ``_ROW`` + the view's columns; `failed` is set if a key is in buckets of two
-    ranges (not a history's layout: the caller then chunks by key hash)."""
+    ranges (not a history's layout: the caller then chunks by key hash). Not frozen: it is the state of one run of
+    passes, private to :func:`_chunked`."""
 
     left: pl.DataFrame
     view: FeatureView
