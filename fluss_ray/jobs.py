@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -34,7 +35,7 @@ from fluss_lake.exceptions import FlussLakeError, InvalidConfigError, JobStateEr
 from fluss_lake.jobs import Job, JobReport, Shard
 from fluss_ray.store import Store
 
-__all__ = ["JobFactory", "RayJob", "ShardStatus", "run_job_once", "shard_of", "start_job"]
+__all__ = ["JobFactory", "RayJob", "ShardStatus", "run_job_once", "shard_of", "start_job", "worker_options"]
 
 #: ``make(connection, shard) -> Job``: builds one shard of the job on a worker (``shard`` is None for one shard).
 JobFactory = Callable[[Connection, Shard | None], Job]
@@ -234,6 +235,27 @@ def check_cpus(num_cpus: float) -> float:
     return number
 
 
+def worker_options(num_cpus: float, ray_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Ray ``.options()`` for a fluss_ray actor or task reserving `num_cpus`, with `ray_options` on top.
+
+    Ray sizes a worker's ``OMP_NUM_THREADS`` (hence Arrow's thread pool) to its CPUs; Polars would still start a
+    thread per core of the node, so `n` one-CPU shards on a node would run `n` pools as wide as the node. The
+    worker's ``POLARS_MAX_THREADS`` is set the same way (``max(1, floor(num_cpus))``, Ray's rule) unless the
+    caller's ``runtime_env`` sets it; other ``env_vars`` of the caller's ``runtime_env`` are kept, and Ray merges
+    them with the job's own.
+
+    >>> worker_options(2)["runtime_env"]
+    {'env_vars': {'POLARS_MAX_THREADS': '2'}}
+    >>> worker_options(0.25, {"runtime_env": {"env_vars": {"X": "1"}}})["runtime_env"]["env_vars"]
+    {'POLARS_MAX_THREADS': '1', 'X': '1'}
+    """
+    options = dict(ray_options or {})
+    num_cpus = check_cpus(options.pop("num_cpus", num_cpus))
+    runtime_env = dict(options.get("runtime_env") or {})
+    env_vars = {"POLARS_MAX_THREADS": str(max(1, math.floor(num_cpus))), **dict(runtime_env.get("env_vars") or {})}
+    return {"num_cpus": num_cpus, **options, "runtime_env": {**runtime_env, "env_vars": env_vars}}
+
+
 def _checked(make: JobFactory, store: Store, shards: int) -> int:
     check_callable("make", make, hint="a function (connection, shard) -> Job")
     if not isinstance(store, Store):
@@ -257,8 +279,8 @@ def start_job(
 
     Each actor builds its shard with ``make(connection, shard)`` and processes its inputs continuously (polling
     every `poll_interval` seconds when idle). Ray restarts a dead actor up to `max_restarts` times (``-1``:
-    always); it resumes from the shard's checkpoint. `num_cpus` is what each actor reserves; Ray also sets the
-    actor's ``OMP_NUM_THREADS`` (so Arrow's thread pool) to it, so give a shard the cores it should use.
+    always); it resumes from the shard's checkpoint. `num_cpus` is what each actor reserves, and the width of
+    its Arrow and Polars thread pools (:func:`worker_options`), so give a shard the cores it should use.
     `ray_options` are passed to ``.options()`` of the actors (``resources``, ``scheduling_strategy``...; shards
     are spread over the nodes by default).
     """
@@ -269,13 +291,15 @@ def start_job(
     num_cpus = check_cpus(num_cpus)
     if not ray.is_initialized():
         raise InvalidConfigError("start_job runs on a Ray cluster: call ray.init(address=...) first")
-    options: dict[str, Any] = {
-        "max_restarts": max_restarts,
-        "max_task_retries": -1,  # status()/stop() wait for a restarting actor instead of failing
-        "num_cpus": num_cpus,
-        "scheduling_strategy": "SPREAD",
-        **dict(ray_options or {}),
-    }
+    options = worker_options(
+        num_cpus,
+        {
+            "max_restarts": max_restarts,
+            "max_task_retries": -1,  # status()/stop() wait for a restarting actor instead of failing
+            "scheduling_strategy": "SPREAD",
+            **dict(ray_options or {}),
+        },
+    )
     actor_class = ray.remote(ShardRunner)
     actors = [
         actor_class.options(**options).remote(store, make, i, shards, poll_interval=poll_interval)
@@ -316,7 +340,9 @@ def run_job_once(
     if not ray.is_initialized():
         raise InvalidConfigError("run_job_once runs on a Ray cluster: call ray.init(address=...) first")
     task = ray.remote(_run_shard_once).options(
-        max_retries=max_retries, num_cpus=num_cpus, scheduling_strategy="SPREAD", **dict(ray_options or {})
+        **worker_options(
+            num_cpus, {"max_retries": max_retries, "scheduling_strategy": "SPREAD", **dict(ray_options or {})}
+        )
     )
     return list(ray.get([task.remote(store, make, i, shards, max_steps) for i in range(shards)]))
 

@@ -299,6 +299,30 @@ def test_ray_data_reads_the_live_table_per_bucket_and_the_lake(cluster, store, l
     assert from_lake.sort("k").to_dicts() == users.to_polars().sort("k").to_dicts()
 
 
+def test_a_shards_polars_pool_is_as_wide_as_the_cpus_it_reserves(cluster, store):
+    """Ray sizes a worker's OMP_NUM_THREADS (Arrow's pool) to its CPUs; fluss_ray does the same for Polars',
+    unless the caller's runtime_env says otherwise."""
+    conn = store.connect()
+    _create_inputs(conn)
+    conn.create_table("d.widths", schema={"run": "STRING", "shard": "INT", "threads": "INT"}, bucket_num=1)
+
+    def factory(run: str):
+        def make(connection: fl.Connection, shard: Any) -> DeltaJoin:
+            row = {"run": run, "shard": -1 if shard is None else shard.index, "threads": pl.thread_pool_size()}
+            connection.get_table("d.widths").append([row])
+            return make_delta_join(connection, shard)
+
+        return make
+
+    fluss_ray.run_job_once(factory("tasks"), store=store, shards=2, num_cpus=ACTOR_CPUS, ray_options=ON_WORKERS)
+    fluss_ray.run_job_once(factory("wide"), store=store, num_cpus=2, ray_options=ON_WORKERS)
+    mine = {**ON_WORKERS, "runtime_env": {"env_vars": {"POLARS_MAX_THREADS": "2"}}}
+    fluss_ray.start_job(factory("actor"), store=store, num_cpus=ACTOR_CPUS, ray_options=ON_WORKERS).stop()
+    fluss_ray.start_job(factory("theirs"), store=store, num_cpus=ACTOR_CPUS, ray_options=mine).stop()
+    widths = conn.get_table("d.widths").to_polars().sort("run", "shard")
+    assert widths.rows() == [("actor", -1, 1), ("tasks", 0, 1), ("tasks", 1, 1), ("theirs", -1, 2), ("wide", -1, 2)]
+
+
 def test_bad_input_is_refused_before_anything_runs(cluster, store):
     conn = store.connect()
     _create_inputs(conn)
