@@ -12,12 +12,15 @@ Contenders, each timed from the start of its work to the last shard's end:
   (its own checkpoint).
 
 The Ray cluster is a local one on this machine (``ray.init(num_cpus=2)``, started once, untimed); one shard's actor
-asks for both CPUs, each of two shards for one (Ray sets ``OMP_NUM_THREADS``, hence Arrow's thread pool, to an
-actor's CPUs: a one-CPU actor would run Arrow on one thread while the plain process uses two). Each actor
-imports the modules before the clock starts (as the plain process has started its interpreter); the Ray
-figure is then the driver's wall time from submitting the shards to having every shard's result (the plain
-process's: its ``run_once``). Figures: result rows/s (result rows / those seconds) and the peak anonymous memory
-(``RssAnon``) of each worker process during its shard (the plain process's likewise). Before the joins, the
+asks for both CPUs, each of two shards for one, with the options ``fluss_ray`` gives its actors
+(``fluss_ray.jobs.worker_options``: Ray sets ``OMP_NUM_THREADS``, hence Arrow's thread pool, and fluss_ray
+``POLARS_MAX_THREADS`` to an actor's CPUs). Each actor imports the modules and collects garbage before the clock
+starts (as the plain process has started its interpreter and collects before its clock); the Ray figure is then
+the driver's wall time from submitting the shards to having every shard's result (the plain process's: its
+``run_once``). The plain process imports the core only (no Ray). Figures: result rows/s (result rows / those
+seconds) and the peak anonymous memory (``RssAnon``) of each worker process during its shard (the plain
+process's likewise). The log line of each run also says how much CPU other processes on the machine used
+meanwhile: on a shared 2-core machine two shards need both cores, so other work slows them most. Before the joins, the
 commit rate into one bucket (one writer, 1 and 10,000 rows per commit) on each store: the capacity plan's
 figure (``docs/SCALE-OUT.md``).
 Goals (the issue): 2 shards >= 1.6x one shard's rows/s; Ray's overhead for one shard <= 10 % of the plain
@@ -78,57 +81,98 @@ def _job(conn: fl.Connection, result: str, shard: Any) -> Any:
                      [Join("o", "c", ["cid"], how="left")], name=result.replace("_", "-"), **extra)
 
 
-def _shard_run(store: dict[str, Any], result: str, index: int, count: int) -> dict[str, Any]:
-    """One shard's run in this process: seconds of its run_once and the peak RssAnon while it ran."""
-    from fluss_lake.kv import compactor
-    from fluss_ray.jobs import shard_of
+def _shard_run(store: dict[str, Any], result: str, index: int, count: int, root: int, *,
+               collect: bool = True) -> dict[str, Any]:
+    """One shard's run in this process: seconds of its run_once, the peak RssAnon while it ran, and the CPU
+    seconds other processes than the bench (process `root` and its descendants) used meanwhile.
 
-    gc.collect()
+    `collect`: run the garbage collector first (untimed here; a Ray worker did it while warming up, outside the
+    driver's clock). Imports only the core: the plain process never loads Ray (~70 MiB of RssAnon)."""
+    from fluss_lake.jobs import Shard
+    from fluss_lake.kv import compactor
+
+    if collect:
+        gc.collect()
     conn = _connect(store)
+    others = _others_cpu(root)
     with RssSampler() as sampler:
         started = time.perf_counter()
-        job = _job(conn, result, shard_of(index, count))
+        job = _job(conn, result, None if count == 1 else Shard(index, count))
         report = job.run_once()
         compactor.drain()
         seconds = time.perf_counter() - started
-    return {"seconds": seconds, "peak_anon": sampler.peak, "records": report.records_read,
+    others = _others_cpu(root) - others
+    return {"seconds": seconds, "peak_anon": sampler.peak, "others_cpu": others, "records": report.records_read,
             "upserts": report.rows_upserted, "pid": os.getpid()}
 
 
 def child_plain(payload: dict) -> dict:
     """In a fresh interpreter: the unsharded job, as a single process runs it today."""
-    return _shard_run(payload["store"], payload["result"], 0, 1)
+    return _shard_run(payload["store"], payload["result"], 0, 1, payload["root"])
 
 
 class ShardWorker:
     """A Ray actor (its own worker process) that runs one shard of the job: the Ray side of each contender."""
 
     def warm(self) -> int:
-        """Untimed, like the plain process's interpreter start: import what a shard uses."""
+        """Untimed, like the plain process's interpreter start: import what a shard uses, collect garbage."""
         import fluss_lake.jobs  # noqa: F401
         import fluss_ray  # noqa: F401
 
+        gc.collect()
         return os.getpid()
 
-    def run(self, store: dict[str, Any], result: str, index: int, count: int) -> dict[str, Any]:
-        return _shard_run(store, result, index, count)
+    def run(self, store: dict[str, Any], result: str, index: int, count: int, root: int) -> dict[str, Any]:
+        return _shard_run(store, result, index, count, root, collect=False)
 
 
 def _ray_run(store: dict[str, Any], result: str, shards: int) -> dict[str, Any]:
     """Fresh actors (new worker processes, so each peak is this run's), warmed up; then the shards at once."""
     import ray
 
-    cpus = max(CPUS // shards, 1)  # every contender gets the whole machine (Ray sets OMP_NUM_THREADS to this)
-    actors = [ray.remote(num_cpus=cpus)(ShardWorker).remote() for _ in range(shards)]
+    from fluss_ray.jobs import worker_options
+
+    cpus = max(CPUS // shards, 1)  # every contender gets the whole machine
+    # the options fluss_ray gives a shard's actor: its Arrow and Polars pools as wide as its CPUs
+    actors = [ray.remote(**worker_options(cpus))(ShardWorker).remote() for _ in range(shards)]
     try:
         ray.get([a.warm.remote() for a in actors])
         started = time.perf_counter()
-        out = ray.get([a.run.remote(store, result, i, shards) for i, a in enumerate(actors)])
+        out = ray.get([a.run.remote(store, result, i, shards, os.getpid()) for i, a in enumerate(actors)])
         seconds = time.perf_counter() - started
     finally:
         for actor in actors:
             ray.kill(actor)
-    return {"seconds": seconds, "peak_anon": max(o["peak_anon"] for o in out), "shards": out}
+    return {"seconds": seconds, "peak_anon": max(o["peak_anon"] for o in out),
+            "others_cpu": max(o["others_cpu"] for o in out), "shards": out}
+
+
+def _others_cpu(root: int) -> float:
+    """CPU seconds used so far by the processes that are not the bench (process `root` and its descendants):
+    other work on the machine, which the contenders share the cores with (processes that ended meanwhile are not
+    counted)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    used: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parent[int(entry)] = int(fields[1])
+        used[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parent.get(pid, 0)
+        return False
+
+    return sum(seconds for pid, seconds in used.items() if not ours(pid))
 
 
 def _result_rows(store: dict[str, Any], result: str) -> int:
@@ -141,7 +185,7 @@ def _measure(store: dict[str, Any], rows: int, repeats: int) -> dict[str, dict[s
         for kind in ("ray1", "ray2", "plain"):
             result = f"{kind}_view_{r}_{uuid.uuid4().hex[:6]}"
             if kind == "plain":
-                run = run_child(BENCH, "child_plain", {"store": store, "result": result})
+                run = run_child(BENCH, "child_plain", {"store": store, "result": result, "root": os.getpid()})
             else:
                 run = _ray_run(store, result, 1 if kind == "ray1" else 2)
             got = _result_rows(store, result)
@@ -150,7 +194,7 @@ def _measure(store: dict[str, Any], rows: int, repeats: int) -> dict[str, dict[s
             out[kind]["peak_anon"].append(float(run["peak_anon"]))
             per = ", ".join(f"{s['seconds']:.2f} s / {fmt_size(s['peak_anon'])}" for s in run.get("shards", [run]))
             log(f"  {kind} r{r}: {run['seconds']:.2f} s wall, {got / run['seconds']:,.0f} result rows/s; "
-                f"per shard: {per}")
+                f"per shard: {per}; other processes meanwhile: {run['others_cpu']:.1f} CPU s")
     return out
 
 
