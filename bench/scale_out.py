@@ -101,8 +101,9 @@ def _shard_run(store: dict[str, Any], result: str, index: int, count: int, root:
         report = job.run_once()
         compactor.drain()
         seconds = time.perf_counter() - started
-    others = _others_cpu(root) - others
-    return {"seconds": seconds, "peak_anon": sampler.peak, "others_cpu": others, "records": report.records_read,
+    after = _others_cpu(root)
+    others_cpu = sum(seconds - others.get(pid, 0.0) for pid, seconds in after.items())  # new processes: all theirs
+    return {"seconds": seconds, "peak_anon": sampler.peak, "others_cpu": others_cpu, "records": report.records_read,
             "upserts": report.rows_upserted, "pid": os.getpid()}
 
 
@@ -117,7 +118,7 @@ class ShardWorker:
     def warm(self) -> int:
         """Untimed, like the plain process's interpreter start: import what a shard uses, collect garbage."""
         import fluss_lake.jobs  # noqa: F401
-        import fluss_ray  # noqa: F401
+        import fluss_ray.jobs  # noqa: F401 - what a shard's actor of fluss_ray.start_job imports
 
         gc.collect()
         return os.getpid()
@@ -147,10 +148,10 @@ def _ray_run(store: dict[str, Any], result: str, shards: int) -> dict[str, Any]:
             "others_cpu": max(o["others_cpu"] for o in out), "shards": out}
 
 
-def _others_cpu(root: int) -> float:
-    """CPU seconds used so far by the processes that are not the bench (process `root` and its descendants):
-    other work on the machine, which the contenders share the cores with (processes that ended meanwhile are not
-    counted)."""
+def _others_cpu(root: int) -> dict[int, float]:
+    """CPU seconds used so far by each process that is not the bench (process `root` and its descendants): other
+    work on the machine, which the contenders share the cores with (a process that ends between two readings is
+    not counted)."""
     tick = os.sysconf("SC_CLK_TCK")
     parent: dict[int, int] = {}
     used: dict[int, float] = {}
@@ -172,7 +173,7 @@ def _others_cpu(root: int) -> float:
             pid = parent.get(pid, 0)
         return False
 
-    return sum(seconds for pid, seconds in used.items() if not ours(pid))
+    return {pid: seconds for pid, seconds in used.items() if not ours(pid)}
 
 
 def _result_rows(store: dict[str, Any], result: str) -> int:
