@@ -315,12 +315,11 @@ def test_a_shards_polars_pool_is_as_wide_as_the_cpus_it_reserves(cluster, store)
         return make
 
     fluss_ray.run_job_once(factory("tasks"), store=store, shards=2, num_cpus=ACTOR_CPUS, ray_options=ON_WORKERS)
-    fluss_ray.run_job_once(factory("wide"), store=store, num_cpus=2, ray_options=ON_WORKERS)
     mine = {**ON_WORKERS, "runtime_env": {"env_vars": {"POLARS_MAX_THREADS": "2"}}}
+    fluss_ray.run_job_once(factory("theirs"), store=store, num_cpus=ACTOR_CPUS, ray_options=mine)
     fluss_ray.start_job(factory("actor"), store=store, num_cpus=ACTOR_CPUS, ray_options=ON_WORKERS).stop()
-    fluss_ray.start_job(factory("theirs"), store=store, num_cpus=ACTOR_CPUS, ray_options=mine).stop()
     widths = conn.get_table("d.widths").to_polars().sort("run", "shard")
-    assert widths.rows() == [("actor", -1, 1), ("tasks", 0, 1), ("tasks", 1, 1), ("theirs", -1, 2), ("wide", -1, 2)]
+    assert widths.rows() == [("actor", -1, 1), ("tasks", 0, 1), ("tasks", 1, 1), ("theirs", -1, 2)]
 
 
 def test_bad_input_is_refused_before_anything_runs(cluster, store):
