@@ -236,13 +236,15 @@ def check_cpus(num_cpus: float) -> float:
 
 
 def worker_options(num_cpus: float, ray_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Ray ``.options()`` for a fluss_ray actor or task reserving `num_cpus`, with `ray_options` on top.
+    """Ray ``.options()`` for a shard's actor (:func:`start_job`) reserving `num_cpus`, with `ray_options` on top.
 
     Ray sizes a worker's ``OMP_NUM_THREADS`` (hence Arrow's thread pool) to its CPUs; Polars would still start a
     thread per core of the node, so `n` one-CPU shards on a node would run `n` pools as wide as the node. The
     worker's ``POLARS_MAX_THREADS`` is set the same way (``max(1, floor(num_cpus))``, Ray's rule) unless the
     caller's ``runtime_env`` sets it; other ``env_vars`` of the caller's ``runtime_env`` are kept, and Ray merges
-    them with the job's own.
+    them with the job's own. A runtime_env of its own gives the actor a worker process of its own (Ray starts one:
+    about a second, once per actor); tasks (:func:`run_job_once`, ``tier_on_ray``) run in Ray's shared workers
+    instead, so they start at once: pass ``ray_options=worker_options(n)`` to size theirs too.
 
     >>> worker_options(2)["runtime_env"]
     {'env_vars': {'POLARS_MAX_THREADS': '2'}}
@@ -340,9 +342,7 @@ def run_job_once(
     if not ray.is_initialized():
         raise InvalidConfigError("run_job_once runs on a Ray cluster: call ray.init(address=...) first")
     task = ray.remote(_run_shard_once).options(
-        **worker_options(
-            num_cpus, {"max_retries": max_retries, "scheduling_strategy": "SPREAD", **dict(ray_options or {})}
-        )
+        **{"max_retries": max_retries, "num_cpus": num_cpus, "scheduling_strategy": "SPREAD", **dict(ray_options or {})}
     )
     return list(ray.get([task.remote(store, make, i, shards, max_steps) for i in range(shards)]))
 

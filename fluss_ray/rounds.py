@@ -17,7 +17,7 @@ from fluss_lake._utils.arguments import check_int
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError
 from fluss_lake.jobs import Shard
 from fluss_lake.metadata.table_path import TablePath
-from fluss_ray.jobs import check_cpus, worker_options
+from fluss_ray.jobs import check_cpus
 from fluss_ray.store import Store
 from tiering import Lake, TableTieringReport, tier_table
 from tiering.service import lake_tables, raise_first
@@ -85,9 +85,7 @@ def tier_on_ray(
 
         _resolve(store.connect(), names)
     task = ray.remote(tier_table_task).options(
-        **worker_options(
-            num_cpus, {"max_retries": max_retries, "scheduling_strategy": "SPREAD", **dict(ray_options or {})}
-        )
+        **{"max_retries": max_retries, "num_cpus": num_cpus, "scheduling_strategy": "SPREAD", **dict(ray_options or {})}
     )
     parts = [None] if shards == 1 else Shard.all(shards)
     props = dict(lake.properties)

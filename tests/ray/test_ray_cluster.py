@@ -31,6 +31,7 @@ import fluss_lake as fl
 import fluss_ray
 from fluss_lake.jobs import Aggregation, DeltaJoin, Join, LookupJoin
 from fluss_ray import Store
+from fluss_ray.jobs import worker_options
 from fluss_ray.rounds import tier_table_task
 from tiering import Lake, tier_table
 from tiering.lake_snapshot import LakeSnapshot
@@ -300,8 +301,8 @@ def test_ray_data_reads_the_live_table_per_bucket_and_the_lake(cluster, store, l
 
 
 def test_a_shards_polars_pool_is_as_wide_as_the_cpus_it_reserves(cluster, store):
-    """Ray sizes a worker's OMP_NUM_THREADS (Arrow's pool) to its CPUs; fluss_ray does the same for Polars',
-    unless the caller's runtime_env says otherwise."""
+    """Ray sizes a worker's OMP_NUM_THREADS (Arrow's pool) to its CPUs; fluss_ray does the same for Polars' in a
+    shard's actor, unless the caller's runtime_env says otherwise."""
     conn = store.connect()
     _create_inputs(conn)
     conn.create_table("d.widths", schema={"run": "STRING", "shard": "INT", "threads": "INT"}, bucket_num=1)
@@ -314,12 +315,14 @@ def test_a_shards_polars_pool_is_as_wide_as_the_cpus_it_reserves(cluster, store)
 
         return make
 
-    fluss_ray.run_job_once(factory("tasks"), store=store, shards=2, num_cpus=ACTOR_CPUS, ray_options=ON_WORKERS)
+    fluss_ray.start_job(factory("actors"), store=store, shards=2, num_cpus=ACTOR_CPUS, ray_options=ON_WORKERS).stop()
     mine = {**ON_WORKERS, "runtime_env": {"env_vars": {"POLARS_MAX_THREADS": "2"}}}
-    fluss_ray.run_job_once(factory("theirs"), store=store, num_cpus=ACTOR_CPUS, ray_options=mine)
-    fluss_ray.start_job(factory("actor"), store=store, num_cpus=ACTOR_CPUS, ray_options=ON_WORKERS).stop()
+    fluss_ray.start_job(factory("theirs"), store=store, num_cpus=ACTOR_CPUS, ray_options=mine).stop()
+    # tasks size theirs when asked to (they run in Ray's shared workers otherwise)
+    sized = worker_options(ACTOR_CPUS, ON_WORKERS)
+    fluss_ray.run_job_once(factory("task"), store=store, num_cpus=ACTOR_CPUS, ray_options=sized)
     widths = conn.get_table("d.widths").to_polars().sort("run", "shard")
-    assert widths.rows() == [("actor", -1, 1), ("tasks", 0, 1), ("tasks", 1, 1), ("theirs", -1, 2)]
+    assert widths.rows() == [("actors", 0, 1), ("actors", 1, 1), ("task", -1, 1), ("theirs", -1, 2)]
 
 
 def test_bad_input_is_refused_before_anything_runs(cluster, store):
