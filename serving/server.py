@@ -31,7 +31,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -585,7 +585,7 @@ class FlussLakeServer(flight.FlightServerBase):
         is logged under its own id, or asks for its own time)."""
         if command.get("log") or self.config.log_table or command.get("now") is not None:
             return None
-        return tuple(json.dumps(d, sort_keys=True) for d in command["views"])
+        return (str(bool(command.get("with_status"))), *(json.dumps(d, sort_keys=True) for d in command["views"]))
 
     def _online(self, context: Any, command: dict, entities: pl.DataFrame, request: _Request) -> pl.DataFrame:
         views = self._online_views(context, command)
@@ -597,9 +597,8 @@ class FlussLakeServer(flight.FlightServerBase):
                 entities, views, now=command.get("now"), log=log_name, request_id=command.get("request_id")
             )
         else:  # concurrent requests for the same views: one call for all (serving.coalesce)
-            result = self._coalescer.run(
-                key, entities, lambda rows: self.serve_features(rows, views, now=None, log=None, request_id=None)
-            )
+            statuses = bool(command.get("with_status"))
+            result = self._coalescer.run(key, entities, partial(self._shared_features, views, statuses))
         return _online_frame(result, command)
 
     def _lane_answers(self, items: list[tuple[Any, bytes]]) -> list[bytes | BaseException]:
@@ -616,13 +615,14 @@ class FlussLakeServer(flight.FlightServerBase):
                 if command.get("now") is None:  # a request at its own time is answered alone
                     views = self._online_views(context, command)
                     log_name = command.get("log") or self.config.log_table or ""
-                    key = (log_name, *(json.dumps(d, sort_keys=True) for d in command["views"]))
+                    statuses = str(bool(command.get("with_status")))
+                    key = (log_name, statuses, *(json.dumps(d, sort_keys=True) for d in command["views"]))
                     groups.setdefault(key, []).append((i, command, data, views))
             except FlussLakeError:
                 continue  # answered alone below, with its error and its metrics
         for key, members in groups.items():
             if len(members) > 1:
-                self._answer_together(key[0], members, answers)
+                self._answer_together(key[0], key[1] == "True", members, answers)
         out: list[bytes | BaseException] = []
         for (context, body), answer in zip(items, answers, strict=True):
             if answer is None:
@@ -636,13 +636,14 @@ class FlussLakeServer(flight.FlightServerBase):
     def _answer_together(
         self,
         log_name: str,
+        statuses: bool,
         members: list[tuple[int, dict, pl.DataFrame, list[FeatureView]]],
         answers: list[bytes | BaseException | None],
     ) -> None:
         """One online-features call for requests of the same views (then one log append if they are logged)."""
         started = time.perf_counter()
         results: list[OnlineFeatures | BaseException] = self._coalescer.together(
-            [m[2] for m in members], partial(self._shared_features, members[0][3])
+            [m[2] for m in members], partial(self._shared_features, members[0][3], statuses or bool(log_name))
         )
         if log_name:
             answered = [(k, r) for k, r in enumerate(results) if not isinstance(r, BaseException)]
@@ -670,15 +671,28 @@ class FlussLakeServer(flight.FlightServerBase):
                 error=failed,
             )
 
-    def _shared_features(self, views: list[FeatureView], entities: pl.DataFrame) -> OnlineFeatures:
-        return self.serve_features(entities, views, now=None, log=None, request_id=None)
+    def _shared_features(self, views: list[FeatureView], statuses: bool, entities: pl.DataFrame) -> OnlineFeatures:
+        return self.serve_features(entities, views, now=None, log=None, request_id=None, statuses=statuses)
 
     def serve_features(
-        self, entities: pl.DataFrame, views: list[FeatureView], *, now: Any, log: str | None, request_id: str | None
+        self,
+        entities: pl.DataFrame,
+        views: list[FeatureView],
+        *,
+        now: Any,
+        log: str | None,
+        request_id: str | None,
+        statuses: bool = True,
     ) -> OnlineFeatures:
-        """Online features for already authorized views, appended to the served-feature log if one is set."""
+        """Online features for already authorized views, appended to the served-feature log if one is set.
+
+        Without `statuses` (nobody asked for them, nothing is logged) the answer carries the features only: a
+        commit-time view without a TTL then needs no commit times at all."""
         log_name = log or self.config.log_table
         log_table = self.table(log_name) if log_name else None
+        if not statuses and log_table is None:
+            frame = online_features(entities, views, now=now)
+            return OnlineFeatures(frame, datetime.now(UTC), (), (), tuple(views))
         return online_features(entities, views, now=now, with_status=True, log=log_table, request_id=request_id)
 
     # ------------------------------------------------------------------ DoGet: scans and changelogs

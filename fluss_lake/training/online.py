@@ -170,8 +170,8 @@ def online_features(
     check_names(entities.schema, views, None)
     when = _now(views, now)
     outputs: dict[int, tuple[list[pl.Series], pl.Series, pl.Series]] = {}
-    for group in _groups(views):
-        rows = _lookup(entities, group)
+    for group in _groups(views):  # commit times only where a rule or the caller needs them
+        rows = _lookup(entities, group, times=with_status)
         for index, view in group:
             outputs[index] = _view_values(rows, view, when)
     columns = [s for i in range(len(views)) for s in outputs[i][0]]
@@ -294,9 +294,12 @@ def _groups(views: list[FeatureView]) -> list[list[tuple[int, FeatureView]]]:
     return list(groups.values())
 
 
-def _lookup(entities: pl.DataFrame, group: list[tuple[int, FeatureView]]) -> pl.DataFrame:
+def _lookup(entities: pl.DataFrame, group: list[tuple[int, FeatureView]], *, times: bool) -> pl.DataFrame:
     """One batched lookup for a group's views: the table's row per entity row (input order), with ``_found``
-    and, where a view needs commit times, ``__fl_commit_ms`` (epoch ms; :data:`_EXPIRED` if no longer known)."""
+    and, where a view needs commit times, ``__fl_commit_ms`` (epoch ms; :data:`_EXPIRED` if no longer known).
+
+    A commit-time view needs them for its TTL, or for the value times the caller asked for (`times`); without
+    either, its statuses are PRESENT or NOT_FOUND whatever the times, so the offsets are not even gathered."""
     view = group[0][1]
     table = view.table
     assert table is not None
@@ -306,7 +309,7 @@ def _lookup(entities: pl.DataFrame, group: list[tuple[int, FeatureView]]) -> pl.
         common_key_dtype(entities.schema[entity_col], dtypes[key_col], f"{view.label} key {key_col!r}")
         keys[key_col] = entities.get_column(entity_col).cast(dtypes[key_col], strict=False).alias(key_col)
     key_frame = pl.DataFrame([keys[c] for c in table.schema.primary_key])
-    need_times = any(v.event_time is None for _, v in group)
+    need_times = any(v.event_time is None and (times or v.ttl is not None) for _, v in group)
     if not any(series.null_count() for series in keys.values()):
         rows = table.lookup(key_frame, with_found=True, with_offsets=need_times)
     else:  # null keys (or keys out of the table's range) match nothing: look up the rest
@@ -344,7 +347,13 @@ def _view_values(rows: pl.DataFrame, view: FeatureView, now: datetime) -> tuple[
     now_us = (now - _EPOCH) // _MICROSECOND
     ttl_us = None if view.ttl is None else view.ttl // _MICROSECOND  # type: ignore[operator]
     found = rows.get_column("_found").to_numpy()
-    if view.event_time is None:
+    unknown_times = False
+    if view.event_time is None and f"{INTERNAL_PREFIX}commit_ms" not in rows.columns:  # not asked for (_lookup)
+        assert ttl_us is None
+        value_us = np.zeros(n, dtype=np.int64)
+        expired = future = np.zeros(n, dtype=bool)
+        unknown_times = True
+    elif view.event_time is None:
         commit = rows.get_column(f"{INTERNAL_PREFIX}commit_ms").to_numpy()
         known = commit != _EXPIRED
         has_time = found & known
@@ -368,7 +377,8 @@ def _view_values(rows: pl.DataFrame, view: FeatureView, now: datetime) -> tuple[
     valid = codes == _PRESENT
     label = view.name or view.prefix
     status = pl.Series(label or "status", _STATUS_NAMES[codes]).cast(STATUS)
-    times = pl.Series(label or "time", pa.array(value_us, pa.timestamp("us", tz="UTC"), mask=~valid))
+    times_mask = np.ones(n, dtype=bool) if unknown_times else ~valid  # times not looked up: all null
+    times = pl.Series(label or "time", pa.array(value_us, pa.timestamp("us", tz="UTC"), mask=times_mask))
     mask = None if valid.all() else pl.Series(valid)
     columns = []
     for feature, name in zip(view.features or (), view.output_names(), strict=True):

@@ -59,6 +59,8 @@ def _compare(entities: pl.DataFrame, views: list[FeatureView], now: datetime) ->
     want = training_set(entities.with_columns(pl.lit(now, dtype=pl.Datetime("us", "UTC")).alias("prediction_ts")),
                         views).drop("prediction_ts")
     assert_frame_equal(got, want)
+    # without statuses a view without a TTL skips its commit times: the same frame as with them
+    assert_frame_equal(online_features(entities, views, now=now, with_status=True).frame, got)
     return got
 
 
@@ -119,6 +121,28 @@ def test_event_time_online_equals_training_at_now_on_versioned_tables(tmp_path_f
     view = FeatureView.from_table(rates, entity_keys=["customer_id"], features=["rate"], event_time="as_of",
                                   committed_only=committed_only, ttl=ttl, prefix="r__")
     _compare(_entities(keys, pl.Int64), [view], ms(clock.now))
+
+
+def test_commit_times_are_read_only_for_a_ttl_or_asked_statuses(tmp_path_factory, monkeypatch):
+    conn, clock = _store(tmp_path_factory)
+    conn.create_table("d.c", schema={"id": "BIGINT", "tier": "STRING"}, primary_key=["id"], bucket_num=2)
+    c = conn.get_table("d.c")
+    c.upsert([{"id": 1, "tier": "gold"}, {"id": 2, "tier": "silver"}])
+    asked = []
+    real = fl.Table.lookup
+
+    def spy(self, keys, **kwargs):
+        asked.append(kwargs.get("with_offsets", False))
+        return real(self, keys, **kwargs)
+
+    monkeypatch.setattr(fl.Table, "lookup", spy)
+    plain = FeatureView.from_table(c, prefix="c__")
+    timed = FeatureView.from_table(c, ttl=timedelta(days=1), prefix="t__")
+    assert online_features({"id": [1, 3]}, plain)["c__tier"].to_list() == ["gold", None]
+    result = online_features({"id": [1, 3]}, plain, with_status=True)
+    assert result.status[0].to_list() == ["PRESENT", "NOT_FOUND"] and result.value_times[0][0] == ms(T0)
+    assert online_features({"id": [2]}, timed)["t__tier"].to_list() == ["silver"]
+    assert asked == [False, True, True]  # offsets (for commit times) only when a status or a TTL needs them
 
 
 def test_statuses_and_value_times(tmp_path_factory):
