@@ -297,8 +297,9 @@ def _cast_vector(series: pl.Series, target: pl.Array) -> pl.Series:
     wrong = lengths.filter(lengths.is_not_null() & (lengths != width))
     if wrong.len():
         raise SchemaMismatchError(
-            f"column {series.name!r} is a vector of {width} values ({fluss_type_name(target)} of fixed length "
-            f"{width}) but {wrong.len()} row(s) have length(s) {sorted(set(wrong.to_list()))[:5]}; "
+            f"column {series.name!r} is a vector of {width} values ({fluss_type_name(target)}) "
+            f"but {wrong.len()} row(s) have "
+            f"length(s) {sorted(set(wrong.to_list()))[:5]}; "
             f"give exactly {width} values per row (nothing was written)"
         )
     if isinstance(series.dtype, pl.Array):

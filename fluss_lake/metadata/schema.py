@@ -108,8 +108,8 @@ class Schema:
 
         Primary-key columns become NOT NULL; `not_null` names further NOT NULL columns, as does a type string
         ending in ``NOT NULL``. Types are Fluss type strings (nested ones too: ``ARRAY<ROW<a INT, b STRING>>``,
-        ``MAP<STRING, DOUBLE>``), Polars dtypes or Arrow types; a Polars ``Array`` / Arrow ``fixed_size_list`` is
-        an ARRAY of fixed length (a vector: every write must give that many values).
+        ``MAP<STRING, DOUBLE>``), Polars dtypes or Arrow types; ``ARRAY<FLOAT>(768)``, a Polars ``Array`` or an Arrow
+        ``fixed_size_list`` is an ARRAY of fixed length (a vector: every write must give that many values).
         """
         if isinstance(columns, pa.Schema):
             raw = [(f.name, f.type, f.nullable) for f in columns]

@@ -4,7 +4,8 @@
 A table stores Polars dtypes; Fluss names are accepted everywhere a type is asked for, so a Fluss user's
 DDL carries over, and are used when a type is shown. Nested names parse recursively into Arrow types (``ARRAY`` ->
 list, ``MAP`` -> map, ``ROW`` -> struct), which keep what Polars cannot: ``NOT NULL`` on elements, values and
-fields. A Polars ``Array`` (Arrow ``fixed_size_list``) is an ``ARRAY`` of a fixed length: a vector (embedding).
+fields. A Polars ``Array`` (Arrow ``fixed_size_list``) is an ``ARRAY`` of a fixed length, written ``ARRAY<FLOAT>(768)``:
+a vector (embedding). Fluss has no vector type, so the length suffix is ours; without it an ``ARRAY`` has any length.
 """
 
 from __future__ import annotations
@@ -173,6 +174,8 @@ class _Parser:
                     raise self._error(f"ROW fields {names} name a field twice")
                 kind = pa.struct(fields)
             self._take("punct", close)
+            if base == "ARRAY" and self._is("("):
+                kind = pa.list_(kind.value_field, self._length())
             return kind, self._nullable()
         if base in _NESTED:
             raise self._error(f"{base} needs its element types ({base}<...>)")
@@ -186,6 +189,15 @@ class _Parser:
             self._take("punct", ")")
             text += "(" + ",".join(params) + ")"
         return _leaf_arrow(_parse(text)), self._nullable()
+
+    def _length(self) -> int:
+        """The ``(n)`` after ``ARRAY<...>``: a vector's fixed length, at least 1."""
+        self._take("punct", "(")
+        length = int(self._take("number"))
+        self._take("punct", ")")
+        if length < 1:
+            raise self._error(f"a fixed-length ARRAY needs a length of at least 1, got {length}")
+        return length
 
     def _field(self) -> pa.Field:
         token = self._peek()
@@ -242,14 +254,14 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 def arrow_type_name(kind: pa.DataType) -> str:
     """The Fluss name of an Arrow type, ``NOT NULL`` of nested elements and fields included.
 
-    A ``fixed_size_list`` is an ``ARRAY`` (Fluss has no vector type; the length is kept by the table's schema).
+    A ``fixed_size_list`` is an ``ARRAY`` with its length after it (Fluss has no vector type; see the module).
 
     Examples
     --------
     >>> arrow_type_name(pa.map_(pa.string(), pa.struct([pa.field("a b", pa.float32(), nullable=False)])))
     'MAP<STRING, ROW<`a b` FLOAT NOT NULL>>'
     >>> arrow_type_name(pa.list_(pa.float32(), 128))
-    'ARRAY<FLOAT>'
+    'ARRAY<FLOAT>(128)'
     """
 
     def inner(field: pa.Field) -> str:
@@ -257,7 +269,9 @@ def arrow_type_name(kind: pa.DataType) -> str:
 
     if isinstance(kind, pa.MapType):
         return f"MAP<{arrow_type_name(kind.key_type)}, {inner(kind.item_field)}>"
-    if isinstance(kind, pa.ListType | pa.LargeListType | pa.FixedSizeListType):
+    if isinstance(kind, pa.FixedSizeListType):
+        return f"ARRAY<{inner(kind.value_field)}>({kind.list_size})"
+    if isinstance(kind, pa.ListType | pa.LargeListType):
         return f"ARRAY<{inner(kind.value_field)}>"
     if isinstance(kind, pa.StructType):
         names = [f.name if _IDENT.match(f.name) else "`" + f.name.replace("`", "``") + "`" for f in kind]

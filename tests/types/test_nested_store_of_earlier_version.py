@@ -34,7 +34,7 @@ def test_a_store_with_nested_columns_from_the_earlier_version_reads_the_same(tmp
     old = fl.connect(str(tmp_path / "old" / "store"))
     got = _answers(old)
     assert got["types"] == expected["types"] == [
-        "INT", "ARRAY<STRING>", "ROW<zip INT, lines ARRAY<STRING>>", "MAP<STRING, DOUBLE>", "ARRAY<FLOAT>",
+        "INT", "ARRAY<STRING>", "ROW<zip INT, lines ARRAY<STRING>>", "MAP<STRING, DOUBLE>", "ARRAY<FLOAT>(3)",
         "ARRAY<ROW<a BIGINT>>"]
     assert got["dtypes"] == expected["dtypes"] and got["dtypes"]["emb"] == pl.Array(pl.Float32, 3)
     for name in ("state", "lookup", "changelog"):

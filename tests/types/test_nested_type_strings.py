@@ -19,6 +19,9 @@ ROUND_TRIP = [
     ("MAP<INT, ROW<x BIGINT, y MAP<STRING, TIMESTAMP_LTZ(3)>>>",
      pl.Map(pl.Int32, pl.Struct({"x": pl.Int64, "y": pl.Map(pl.String, pl.Datetime("ms", "UTC"))}))),
     ("ARRAY<ARRAY<BOOLEAN>>", pl.List(pl.List(pl.Boolean))),
+    ("ARRAY<FLOAT>(768)", pl.Array(pl.Float32, 768)),  # a vector: the length after the ARRAY
+    ("ROW<id BIGINT, emb ARRAY<DOUBLE NOT NULL>(3)>", pl.Struct({"id": pl.Int64, "emb": pl.Array(pl.Float64, 3)})),
+    ("ARRAY<ARRAY<INT>(2)>(3)", pl.Array(pl.Int32, (3, 2))),
 ]
 
 
@@ -45,6 +48,10 @@ def test_a_trailing_not_null_makes_the_column_not_null_and_lowercase_row_parenth
     ("ARRAY<INT>>", "unexpected '>'"),
     ("ARRAY<INT NOT>", "expected NULL after NOT"),
     ("ARRAY<FOO>", "unknown column type 'FOO'"),
+    ("ARRAY<FLOAT>(0)", "a length of at least 1, got 0"),
+    ("ARRAY<FLOAT>(4", "expected \\)"),
+    ("ARRAY<FLOAT>(x)", "expected number"),
+    ("MAP<STRING, INT>(4)", "unexpected '\\('"),
 ])
 def test_malformed_type_strings_are_refused_with_the_problem_named(tmp_path, text: str, message: str) -> None:
     conn = fl.connect(str(tmp_path))
@@ -60,7 +67,7 @@ def test_nested_schema_persists_in_table_metadata_and_reads_back_equal(tmp_path)
         "tags": "ARRAY<STRING NOT NULL>",
         "attrs": "MAP<STRING, ARRAY<DOUBLE>>",
         "addr": "ROW<zip INT NOT NULL, lines ARRAY<STRING>>",
-        "emb": pa.list_(pa.float32(), 4),  # a vector: ARRAY<FLOAT> of fixed length 4
+        "emb": pa.list_(pa.float32(), 4),  # a vector: ARRAY<FLOAT>(4)
     }
     conn = fl.connect(str(tmp_path))
     conn.create_database("d")
@@ -69,7 +76,7 @@ def test_nested_schema_persists_in_table_metadata_and_reads_back_equal(tmp_path)
     assert again == conn.get_table("d.t").schema
     assert [c.type_name for c in again.columns] == [
         "BIGINT", "ARRAY<STRING NOT NULL>", "MAP<STRING, ARRAY<DOUBLE>>", "ROW<zip INT NOT NULL, lines ARRAY<STRING>>",
-        "ARRAY<FLOAT>",
+        "ARRAY<FLOAT>(4)",
     ]
     assert again.column("emb").vector_dimension == 4 and again.column("emb").dtype == pl.Array(pl.Float32, 4)
     assert again.arrow_schema.field("attrs").type == pa.map_(pa.large_string(), pa.large_list(pa.float64()))
