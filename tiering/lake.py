@@ -11,19 +11,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import polars as pl
 
 from fluss_lake.exceptions import (
     InvalidConfigError,
     LakeTableMismatchError,
+    TableNotExistError,
     TieringConflictError,
 )
 from fluss_lake.metadata.table_path import TablePath
 from tiering.home import Home
+from tiering.lake_scan import history_frame
 from tiering.lake_snapshot import TABLE_ID_PROPERTY, LakeSnapshot
 from tiering.orphans import DEFAULT_ORPHAN_GRACE_S, OrphanReport, remove_orphan_files
 from tiering.schema import LakeKind, lake_arrow_schema, system_names
+from tiering.snapshot_pins import pinned_snapshot
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table as IcebergTable
@@ -184,6 +190,22 @@ class Lake:
         """The tiering progress of a lake table (an empty snapshot if it does not exist)."""
         table = self.load(path, kind)
         return LakeSnapshot(None) if table is None else LakeSnapshot.of_table(table)
+
+    def history(
+        self, path: str | TablePath, *, snapshot_id: int | None = None, as_of: datetime | date | str | None = None
+    ) -> pl.LazyFrame:
+        """The changelog history of a primary-key table, as :func:`~tiering.read_history` (which calls this).
+
+        Being a method, it lets the training functions (which do not import the lake) read a history pinned to a
+        snapshot: ``training_set(..., lake=lake, snapshot_ids=...)``, ``state_as_of(t, lake=lake, snapshot_id=...)``.
+        """
+        table = self.load(path, "history")
+        if table is None:
+            raise TableNotExistError(
+                f"the lake has no history table for {TablePath.of(path)} (only primary-key tables "
+                "have one; tier the table first with tier_once)"
+            )
+        return history_frame(self, table, pinned_snapshot(table, snapshot_id=snapshot_id, as_of=as_of))
 
     def ensure(self, live: Table, kind: LakeKind) -> IcebergTable:
         """Create the lake table of `live` (``kind``: its own kind, or ``history``), or add columns added live."""

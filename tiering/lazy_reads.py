@@ -17,6 +17,7 @@ from polars.io.plugins import register_io_source
 
 from fluss_lake.exceptions import InvalidConfigError, TableNotExistError
 from fluss_lake.metadata.table_path import TablePath
+from fluss_lake.scan import necessary_conditions
 from tiering.schema import BUCKET, OFFSET, TIMESTAMP
 
 if TYPE_CHECKING:
@@ -31,12 +32,13 @@ def planned(
     schema: pl.Schema,
     *,
     name: str,
-    build_columns: Callable[[list[str]], pl.LazyFrame] | None = None,
+    build_columns: Callable[[list[str], pl.Expr | None], pl.LazyFrame] | None = None,
 ) -> pl.LazyFrame:
     """A LazyFrame of `schema` that calls `build()` on each collect and streams it with the pushed-down work.
 
     Columns `build()` has beyond `schema` (added to the lake since) are left out; a column it lacks is an error.
-    `build_columns(names)`, if given, builds a frame of only those columns (for a projection it can push further).
+    `build_columns(names, predicate)`, if given, builds a frame of only those columns (for a projection it can push
+    further), told the query's predicate (which it may use to read less; the predicate is applied after it anyway).
     """
     names = list(schema)
 
@@ -49,7 +51,7 @@ def planned(
         if with_columns is not None:
             wanted = set(with_columns) | (set(predicate.meta.root_names()) if predicate is not None else set())
             used = [c for c in names if c in wanted]
-        lazy = build().select(names) if build_columns is None or used == names else build_columns(used).select(used)
+        lazy = build().select(names) if build_columns is None else build_columns(used, predicate).select(used)
         if predicate is not None:
             lazy = lazy.filter(predicate)
         if with_columns is not None:
@@ -131,9 +133,11 @@ def scan_union(live: Table, lake: Lake, *, system_columns: bool = False, **optio
     names = list(live.schema.names)
     given = {k: v for k, v in options.items() if k != "columns"}
 
-    def projected(used: list[str]) -> pl.LazyFrame:  # the live tail of a log table decodes only these columns
+    def projected(used: list[str], predicate: pl.Expr | None) -> pl.LazyFrame:
+        """Only these columns decoded from a log table's tail; what the predicate implies reaches both parts."""
         columns = [c for c in used if c in names] or names[:1]
-        return union_read(live, lake, columns=columns, system_columns=system_columns, **given)
+        filters = necessary_conditions(predicate, columns) or None
+        return union_read(live, lake, columns=columns, system_columns=system_columns, filters=filters, **given)
 
     return planned(
         lambda: union_read(live, lake, system_columns=system_columns, **options),

@@ -24,6 +24,7 @@ from fluss_lake.catalog import data_prefix
 from fluss_lake.io import layout
 from fluss_lake.io.checksum import corrupted
 from fluss_lake.kv.kv_snapshot import newest_snapshot_offset
+from fluss_lake.log.filters import Filters
 from fluss_lake.log.log_reads import read_buckets
 from fluss_lake.log.log_source import LogSource
 from fluss_lake.log.log_tablet import LogTablet, batch_key
@@ -114,9 +115,12 @@ class LogReader(LogSource):
         start_offsets: Mapping[int, int] | None = None,
         end_offsets: Mapping[int, int] | None = None,
         columns: Sequence[str] | None = None,
+        filters: Filters | None = None,
     ) -> pl.DataFrame:
-        """``Table.scan_log`` over these log tablets."""
-        return read_buckets(self, start_offsets=start_offsets, end_offsets=end_offsets, columns=columns)
+        """``Table.scan_log`` over these log tablets (`filters` skip batches by their statistics, then rows)."""
+        return read_buckets(
+            self, start_offsets=start_offsets, end_offsets=end_offsets, columns=columns, filters=filters
+        )
 
 
 def log_reader(live: Table) -> LogReader:

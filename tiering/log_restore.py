@@ -37,8 +37,8 @@ from fluss_lake.log.log_tablet import LogTablet
 from fluss_lake.table import Table
 from fluss_lake.training.history import with_partition_name
 from tiering.lake import Lake
+from tiering.lake_scan import partition_columns, snapshot_frame
 from tiering.lake_snapshot import LakeSnapshot
-from tiering.reads import partition_columns
 from tiering.schema import BUCKET, CHANGE_TYPE, OFFSET, TIMESTAMP, LakeKind
 
 __all__ = ["restore_log_from_lake"]
@@ -111,9 +111,7 @@ def _missing(spans: tuple[tuple[int, int, str], ...], tiered: int) -> Iterator[t
 
 def _lake_rows(lake: Lake, iceberg: Any) -> pl.DataFrame:
     """Every row of the lake table with its partition name (``__partition``, null when unpartitioned)."""
-    from tiering.reads import _scan
-
-    frame = _scan(lake, iceberg)
+    frame = snapshot_frame(lake, iceberg)
     keys = partition_columns(iceberg)
     if keys:
         frame = with_partition_name(frame, keys, frame.collect_schema())

@@ -21,15 +21,15 @@ import polars as pl
 
 from fluss_lake._utils.arguments import check_int
 from fluss_lake.exceptions import TableNotExistError
+from fluss_lake.log.filters import Condition, Filters, normalize_filters, to_expression
 from fluss_lake.metadata.table_path import TablePath
-from fluss_lake.training.history import PARTITION as PARTITION_NAME
 from fluss_lake.training.history import with_partition_name
 from tiering.changes import apply_changes, fold_changes
+from tiering.lake_scan import snapshot_frame
 from tiering.lake_snapshot import LakeSnapshot
 from tiering.log_reader import LiveOffsets, live_offsets, log_reader
-from tiering.schema import BUCKET, CHANGE_TYPE, OFFSET, SYSTEM_COLUMNS, TIMESTAMP, vector_dtypes
+from tiering.schema import BUCKET, OFFSET, SYSTEM_COLUMNS, TIMESTAMP
 from tiering.snapshots import pinned_snapshot
-from tiering.state_index import state_index
 
 if TYPE_CHECKING:
     from fluss_lake.connection import Connection
@@ -37,57 +37,6 @@ if TYPE_CHECKING:
     from tiering.lake import Lake
 
 __all__ = ["read_history", "read_lake", "register_duckdb", "union_read"]
-
-_POS = "__fluss_lake_pos"
-
-
-def _scan(lake: Lake, iceberg_table: Any, snapshot_id: int | None = None) -> pl.LazyFrame:
-    """A lazy scan of one snapshot (default: the current one), position deletes applied."""
-    import pyarrow as pa
-
-    pinned = iceberg_table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-    schemas = {s.schema_id: s for s in iceberg_table.metadata.schemas}
-    ice_schema = schemas.get(pinned.schema_id) if pinned is not None and pinned.schema_id is not None else None
-    lake_schema = pa.schema((ice_schema or iceberg_table.schema()).as_arrow())
-    empty = pl.from_arrow(lake_schema.empty_table())
-    assert isinstance(empty, pl.DataFrame)
-    schema = empty.schema
-    vectors = vector_dtypes(lake_schema, schema)  # Iceberg lists that were fixed-length (vectors) live
-    if vectors:
-        return _scan_files(lake, iceberg_table, snapshot_id, schema).with_columns(
-            [pl.col(name).cast(dtype) for name, dtype in vectors.items()]
-        )
-    return _scan_files(lake, iceberg_table, snapshot_id, schema)
-
-
-def _scan_files(lake: Lake, iceberg_table: Any, snapshot_id: int | None, schema: pl.Schema) -> pl.LazyFrame:
-    """:func:`_scan` with the Polars schema of the lake table's files."""
-    if snapshot_id is None and iceberg_table.current_snapshot() is None:
-        return pl.LazyFrame(schema=schema)
-    tasks = list(iceberg_table.scan(snapshot_id=snapshot_id).plan_files())
-    if not tasks:
-        return pl.LazyFrame(schema=schema)
-    options: dict[str, Any] = {
-        "schema": schema,
-        "missing_columns": "insert",
-        "hive_partitioning": False,
-        "glob": False,
-        "storage_options": lake.storage_options() or None,
-    }
-    plain = [t.file.file_path for t in tasks if not t.delete_files]
-    frames = [pl.scan_parquet(plain, **options)] if plain else []
-    with_deletes = [t for t in tasks if t.delete_files]
-    if with_deletes:  # merge-on-read: drop the deleted positions of each file (its own row index)
-        delete_files = list({d.file_path: d for t in with_deletes for d in t.delete_files}.values())
-        deleted = state_index(lake).deleted(iceberg_table.io, delete_files)
-        by_path = {path: rows["pos"] for (path,), rows in deleted.partition_by("file_path", as_dict=True).items()}
-        for task in with_deletes:
-            positions = by_path.get(task.file.file_path)
-            frame = pl.scan_parquet(task.file.file_path, row_index_name=_POS, **options)
-            if positions is not None:
-                frame = frame.filter(~pl.col(_POS).is_in(positions.implode()))
-            frames.append(frame.drop(_POS))
-    return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
 
 
 def read_lake(
@@ -114,7 +63,7 @@ def read_lake(
     table = lake.load(path)
     if table is None:
         raise TableNotExistError(f"the lake has no table {TablePath.of(path)}; tier it first (tier_once)")
-    return _scan(lake, table, pinned_snapshot(table, snapshot_id=snapshot_id, as_of=as_of))
+    return snapshot_frame(lake, table, pinned_snapshot(table, snapshot_id=snapshot_id, as_of=as_of))
 
 
 def read_history(
@@ -142,32 +91,7 @@ def read_history(
     >>> read_history(lake, "d.t").sort("__offset").select("__change_type", "v").collect().rows()
     [('+I', 'a'), ('-U', 'a'), ('+U', 'b')]
     """
-    table = lake.load(path, "history")
-    if table is None:
-        raise TableNotExistError(
-            f"the lake has no history table for {TablePath.of(path)} (only primary-key tables "
-            "have one; tier the table first with tier_once)"
-        )
-    return _history(lake, table, pinned_snapshot(table, snapshot_id=snapshot_id, as_of=as_of))
-
-
-def _history(lake: Lake, table: Any, snapshot_id: int | None = None) -> pl.LazyFrame:
-    """:func:`read_history` of a loaded history table."""
-    frame = _scan(lake, table, snapshot_id)
-    keys = partition_columns(table)
-    if not keys:
-        return frame
-    named = with_partition_name(frame, keys, frame.collect_schema())
-    order = [c for c in frame.collect_schema().names() if c != BUCKET]
-    at = order.index(CHANGE_TYPE) + 1
-    return named.select(*order[:at], PARTITION_NAME, BUCKET, *order[at:])
-
-
-def partition_columns(iceberg_table: Any) -> list[str]:
-    """The live partition columns of a lake table (its identity partition fields before ``__bucket``)."""
-    schema = iceberg_table.schema()
-    names = [schema.find_field(f.source_id).name for f in iceberg_table.spec().fields]
-    return [n for n in names if n != BUCKET]
+    return lake.history(path, snapshot_id=snapshot_id, as_of=as_of)
 
 
 def union_read(
@@ -178,6 +102,7 @@ def union_read(
     system_columns: bool = False,
     snapshot_id: int | None = None,
     as_of: datetime | date | str | None = None,
+    filters: Filters | None = None,
 ) -> pl.LazyFrame:
     """The latest lake snapshot + the live log after its offsets: a complete, fresh view of `live`.
 
@@ -187,6 +112,11 @@ def union_read(
 
     Pinned (``snapshot_id=`` or ``as_of=``, as for :func:`read_lake`): the table as it stood at that snapshot's
     tiered offsets, i.e. the snapshot's rows with the live types and no live tail (the tail moves; a pin does not).
+
+    `filters` (``(column, op, value)`` conditions, or a list of such lists, as for ``Table.scan_log``) keeps the
+    rows that match. They reach both parts: the lake scan (Parquet statistics) and the live tail, whose log batches
+    their statistics rule out are not decoded. A primary-key table's tail is cut by its key conditions only (a
+    change to another column must still replace or remove the lake's row); the rest apply after the fold.
 
     Examples
     --------
@@ -203,14 +133,47 @@ def union_read(
     names = list(columns) if columns is not None else list(live.schema.names)
     dtypes = live.schema.polars_schema
     keep = [*names, *SYSTEM_COLUMNS] if system_columns else names
+    groups = normalize_filters(filters, dtypes)
+    rows = to_expression(groups)
+    if rows is None:
+        return _union(live, lake, names, keep, snapshot_id, as_of)
+    used = [*names, *(c for c in dict.fromkeys(c[0] for g in groups for c in g) if c not in names)]
+    tail = groups if not live.is_primary_key_table else _on_columns(groups, set(live.schema.primary_key))
+    frame = _union(
+        live,
+        lake,
+        used,
+        [*used, *SYSTEM_COLUMNS] if system_columns else used,
+        snapshot_id,
+        as_of,
+        tail_filters=tail or None,
+        lake_filter=rows,
+    )
+    return frame.filter(rows).select(keep)
+
+
+def _union(
+    live: Table,
+    lake: Lake,
+    names: list[str],
+    keep: list[str],
+    snapshot_id: int | None,
+    as_of: datetime | date | str | None,
+    *,
+    tail_filters: list[list[Condition]] | None = None,
+    lake_filter: pl.Expr | None = None,
+) -> pl.LazyFrame:
+    """:func:`union_read` of columns `names` (`keep`: with the system columns if asked); `tail_filters` cut the
+    live tail's batches and rows, `lake_filter` the lake's rows (both only ever drop rows the caller drops too)."""
+    dtypes = live.schema.polars_schema
     iceberg_table = lake.load(live.path)
     if snapshot_id is not None or as_of is not None:
         if iceberg_table is None:
             raise TableNotExistError(f"the lake has no table {live.path}; a pinned union read needs a tiered table")
         pinned = pinned_snapshot(iceberg_table, snapshot_id=snapshot_id, as_of=as_of)
-        frame = _as_live(_scan(lake, iceberg_table, pinned), live)
+        frame = _as_live(snapshot_frame(lake, iceberg_table, pinned), live)
         assert frame is not None
-        return frame.select(keep)
+        return (frame if lake_filter is None else frame.filter(lake_filter)).select(keep)
     snap = LakeSnapshot.of_table(iceberg_table) if iceberg_table is not None else LakeSnapshot(None)
     if snap.table_id not in (None, live.info.table_id):
         snap = LakeSnapshot(None)  # the lake table belongs to an older incarnation: read live only
@@ -218,19 +181,21 @@ def union_read(
     now = live_offsets(live)
     end, earliest = now.end, now.earliest
     lake_rows = _as_live(
-        _scan(lake, iceberg_table, snap.snapshot_id)
+        snapshot_frame(lake, iceberg_table, snap.snapshot_id)
         if iceberg_table is not None and snap.snapshot_id is not None
         else None,
         live,
     )
+    if lake_rows is not None and lake_filter is not None:
+        lake_rows = lake_rows.filter(lake_filter)  # into the Parquet scan: row groups and rows skipped
     starts = {k: snap.start(k, now.ids.get(k[0])) for k in end}  # type: ignore[arg-type]
     if not live.is_primary_key_table:
-        tail = _tail(now, {k: max(starts[k], earliest[k]) for k in end}, columns=names)
+        tail = _tail(now, {k: max(starts[k], earliest[k]) for k in end}, columns=names, filters=tail_filters)
         parts = [frame for frame in (lake_rows, _tail_rows(tail).lazy()) if frame is not None]
         return pl.concat([p.select(keep) for p in parts], how="vertical_relaxed")
     pk = list(live.schema.primary_key)
     expired = {k for k in end if starts[k] < earliest[k]}  # the lake is behind what the live log retains
-    tail = _tail(now, {k: (end[k] if k in expired else starts[k]) for k in end})
+    tail = _tail(now, {k: (end[k] if k in expired else starts[k]) for k in end}, filters=tail_filters)
     upserts, touched = fold_changes(tail, pk)
     current = (
         lake_rows
@@ -245,13 +210,24 @@ def union_read(
     return merged.select(keep)
 
 
+def _on_columns(groups: list[list[Condition]], columns: set[str]) -> list[list[Condition]]:
+    """The DNF weakened to conditions on `columns` (each AND-group keeps those; ``[]`` if a group keeps none):
+    every row matching `groups` still matches it."""
+    kept = [[c for c in g if c[0] in columns] for g in groups]
+    return [] if any(not g for g in kept) else kept
+
+
 def _tail(
-    now: LiveOffsets, starts: dict[tuple[str | None, int], int], columns: Sequence[str] | None = None
+    now: LiveOffsets,
+    starts: dict[tuple[str | None, int], int],
+    columns: Sequence[str] | None = None,
+    filters: list[list[Condition]] | None = None,
 ) -> pl.DataFrame:
-    """The live log from `starts` to the ends of every partition and bucket (only `columns` decoded, if given)."""
+    """The live log from `starts` to the ends of every partition and bucket (only `columns` decoded, if given;
+    batches `filters` rule out skipped and its rows kept)."""
     frames = [
         log_reader(handle).scan_log(
-            start_offsets=now.of(name, starts), end_offsets=now.of(name, now.end), columns=columns
+            start_offsets=now.of(name, starts), end_offsets=now.of(name, now.end), columns=columns, filters=filters
         )
         for name, handle in now.handles.items()
     ]

@@ -4,21 +4,21 @@ Every tiering round commits one Iceberg snapshot whose summary carries the tiere
 (:mod:`tiering.lake_snapshot`); compactions commit snapshots with the same offsets. :func:`lake_snapshots` lists
 them (id, commit time, offsets, record counts), oldest first. The lake reads (:func:`~tiering.read_lake`,
 :func:`~tiering.read_history`, :func:`~tiering.union_read`) take ``snapshot_id=`` or ``as_of=`` (the latest
-snapshot committed at or before a time), so a backfill read from a pinned snapshot gives the same rows however
-many rounds were tiered since (until the snapshot is expired from the table's metadata).
+snapshot committed at or before a time), as do ``training_set`` and ``state_as_of`` given ``lake=`` (their
+``snapshot_ids=`` / ``snapshot_id=`` / ``snapshot_as_of=``), so a backfill read from a pinned snapshot gives the
+same rows however many rounds were tiered since (until the snapshot is expired from the table's metadata).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from fluss_lake._utils.arguments import check_int
-from fluss_lake.exceptions import InvalidConfigError, LakeSnapshotNotFoundError, TableNotExistError
+from fluss_lake.exceptions import TableNotExistError
 from fluss_lake.metadata.table_path import TablePath
 from tiering.lake_snapshot import OFFSETS_PROPERTY, LakeSnapshot
+from tiering.snapshot_pins import lineage, pinned_snapshot
 
 if TYPE_CHECKING:
     from tiering.lake import Lake
@@ -39,18 +39,6 @@ _COLUMNS: dict[str, pl.DataType] = {
     "offsets": pl.List(pl.Struct({"partition": pl.String, "bucket": pl.Int32, "offset": pl.Int64})),
 }
 SNAPSHOTS_SCHEMA = pl.Schema(_COLUMNS)
-
-
-def _lineage(iceberg_table: Any) -> list[Any]:
-    """The current snapshot and its ancestors, oldest first (the snapshots a read of the table can see)."""
-    metadata = iceberg_table.metadata
-    snapshot = iceberg_table.current_snapshot()
-    chain = []
-    while snapshot is not None:
-        chain.append(snapshot)
-        parent = snapshot.parent_snapshot_id
-        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
-    return chain[::-1]
 
 
 def _int(summary: dict[str, str], key: str) -> int | None:
@@ -82,7 +70,7 @@ def lake_snapshots(lake: Lake, path: str | TablePath, *, kind: LakeKind = "log")
     table = _load(lake, path, kind)
     rows: dict[str, list[Any]] = {name: [] for name in SNAPSHOTS_SCHEMA}
     progress = LakeSnapshot(None)
-    for snapshot in _lineage(table):
+    for snapshot in lineage(table):
         summary = dict(snapshot.summary.additional_properties) if snapshot.summary is not None else {}
         if OFFSETS_PROPERTY in summary:
             progress = LakeSnapshot.from_summary(snapshot.snapshot_id, summary)
@@ -107,54 +95,3 @@ def _load(lake: Lake, path: str | TablePath, kind: LakeKind) -> Any:
         what = "history table" if kind == "history" else "table"
         raise TableNotExistError(f"the lake has no {what} for {TablePath.of(path)}; tier it first (tier_once)")
     return table
-
-
-def _as_utc_ms(as_of: Any) -> int:
-    if isinstance(as_of, datetime):
-        moment = as_of if as_of.tzinfo is not None else as_of.replace(tzinfo=UTC)
-    elif isinstance(as_of, date):
-        moment = datetime(as_of.year, as_of.month, as_of.day, tzinfo=UTC)
-    elif isinstance(as_of, str):
-        try:
-            return _as_utc_ms(datetime.fromisoformat(as_of))
-        except ValueError:
-            raise InvalidConfigError(f"as_of={as_of!r} is not an ISO date or time (e.g. '2026-11-02T00:00Z')") from None
-    else:
-        raise InvalidConfigError(f"as_of must be a datetime, a date or an ISO string, got {type(as_of).__name__}")
-    return int(moment.timestamp() * 1000)
-
-
-def pinned_snapshot(iceberg_table: Any, *, snapshot_id: int | None = None, as_of: Any = None) -> int | None:
-    """The snapshot a pinned read of `iceberg_table` reads: `snapshot_id` (checked to exist in the table's
-    lineage) or the latest snapshot committed at or before `as_of`; None when neither is given (read current).
-
-    Raises :class:`~fluss_lake.InvalidConfigError` when both are given and
-    :class:`~fluss_lake.LakeSnapshotNotFoundError` for an unknown id or a time before the first snapshot.
-    """
-    snapshot_id = check_int("snapshot_id", snapshot_id, minimum=None, optional=True, hint="a lake snapshot's id")
-    if snapshot_id is not None and as_of is not None:
-        raise InvalidConfigError("pass snapshot_id= or as_of=, not both (an id already names one point in time)")
-    if snapshot_id is None and as_of is None:
-        return None
-    lineage = _lineage(iceberg_table)
-    name = ".".join(iceberg_table.name()) if hasattr(iceberg_table, "name") else "the lake table"
-    if snapshot_id is not None:
-        if not any(s.snapshot_id == snapshot_id for s in lineage):
-            raise LakeSnapshotNotFoundError(
-                f"{name} has no snapshot {snapshot_id} (it never existed, belongs to another table or was expired); "
-                "list the table's snapshots with tiering.lake_snapshots()"
-            )
-        return snapshot_id
-    cut = _as_utc_ms(as_of)
-    before = [s for s in lineage if s.timestamp_ms <= cut]
-    if not before:
-        first = (
-            datetime.fromtimestamp(lineage[0].timestamp_ms / 1000, UTC).isoformat()
-            if lineage
-            else "never (no snapshot)"
-        )
-        raise LakeSnapshotNotFoundError(
-            f"{name} has no snapshot committed at or before {as_of!s}: its first was committed {first}; "
-            "pass a later as_of= or list the snapshots with tiering.lake_snapshots()"
-        )
-    return int(before[-1].snapshot_id)

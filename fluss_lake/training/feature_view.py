@@ -14,7 +14,7 @@ import polars as pl
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 from fluss_lake.options import parse_duration_ms
 from fluss_lake.table import Table
-from fluss_lake.training.history import ALL_SYSTEM_COLUMNS, check_history, history_source
+from fluss_lake.training.history import ALL_SYSTEM_COLUMNS, LakeLike, check_history, history_source
 
 __all__ = ["FeatureView"]
 
@@ -144,7 +144,7 @@ class FeatureView:
         cls,
         table: Table,
         *,
-        lake: pl.LazyFrame | pl.DataFrame | None = None,
+        lake: LakeLike | None = None,
         features: Sequence[str] | None = None,
         entity_keys: Sequence[str] | None = None,
         event_time: str | None = None,
@@ -153,6 +153,8 @@ class FeatureView:
         prefix: str = "",
     ) -> FeatureView:
         """A view of a live primary-key table keyed by its primary key (history: `lake` + the live tail).
+
+        `lake` is the lake's history frame of the table (``tiering.read_history``) or the lake (``tiering.Lake``).
 
         Nothing is read when the view is made: a training set reads the history when it is computed
         (:func:`~fluss_lake.training.history.history_source`: the live tail as of then), online features read the

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, date, datetime
-from typing import Final, Literal
+from typing import Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import polars as pl
 from polars.io.plugins import register_io_source
 
 from fluss_lake.exceptions import (
     IncompleteHistoryError,
+    InvalidConfigError,
     SchemaMismatchError,
     UnsupportedOperationError,
 )
@@ -48,9 +49,12 @@ __all__ = [
     "TIMESTAMP",
     "VALUE_CHANGES",
     "ChangeType",
+    "LakeHistories",
+    "LakeLike",
     "check_history",
     "history_of",
     "history_source",
+    "pinned_history",
     "with_partition_name",
 ]
 
@@ -148,8 +152,41 @@ def _live_changelog(table: Table, start_offsets: Mapping | None) -> pl.DataFrame
     )
 
 
-def history_of(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None) -> pl.LazyFrame:
+@runtime_checkable
+class LakeHistories(Protocol):
+    """A lake that reads a primary-key table's tiered history, optionally pinned to one of its snapshots.
+
+    :class:`tiering.Lake` is one (its :meth:`~tiering.Lake.history`): the training functions take it as ``lake=``
+    without importing the lake layer, which lets them pin a read to a snapshot id or a time.
+    """
+
+    def history(
+        self, path: str, *, snapshot_id: int | None = None, as_of: datetime | date | str | None = None
+    ) -> pl.LazyFrame:
+        """The history frame of table `path` (``database.table``) at a snapshot (default: the current one)."""
+        ...
+
+
+#: What ``lake=`` takes: the lake's history frame of the table, or a lake to read it from.
+LakeLike: TypeAlias = pl.LazyFrame | pl.DataFrame | LakeHistories
+
+
+def pinned_history(
+    table: Table, lake: LakeHistories, *, snapshot_id: int | None = None, as_of: datetime | date | str | None = None
+) -> pl.LazyFrame:
+    """The lake's history of `table` as one snapshot of its history table holds it (by id, or the latest committed
+    at or before `as_of`), checked against the table; no live tail, so it reads the same rows whatever comes later."""
+    _check_table(table)
+    if snapshot_id is not None and as_of is not None:
+        raise InvalidConfigError("pin to a snapshot id or to a time, not both (an id already names one point in time)")
+    return _lake_frame(table, lake.history(str(table.path), snapshot_id=snapshot_id, as_of=as_of))
+
+
+def history_of(table: Table, *, lake: LakeLike | None = None) -> pl.LazyFrame:
     """A primary-key table's full history: the lake's history frame (if given) plus the live log after it.
+
+    `lake` is the lake's history frame of the table (``tiering.read_history(lake, path)``) or the lake itself
+    (a :class:`LakeHistories`, such as ``tiering.Lake``: its current snapshot is read).
 
     Each bucket's live tail starts right after the highest ``__offset`` the lake holds for that bucket (at the
     bucket's first offset without a lake). If the live log no longer reaches back that far (``table.log.ttl``
@@ -248,9 +285,9 @@ def _live_schema(table: Table) -> pl.Schema:
     )
 
 
-def _lake_frame(table: Table, lake: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
+def _lake_frame(table: Table, lake: LakeLike) -> pl.LazyFrame:
     """The lake's history frame, checked against the table, with ``__partition`` on a partitioned table (lazy)."""
-    lake = lake.lazy()
+    lake = lake.history(str(table.path)) if isinstance(lake, LakeHistories) else lake.lazy()
     schema = lake.collect_schema()
     check_history(schema, what=f"lake history of {table.path}")
     partitioned = table.is_partitioned
@@ -279,7 +316,7 @@ def _lake_part(table: Table, lake: pl.LazyFrame, schema: Mapping[str, pl.DataTyp
     )
 
 
-def history_source(table: Table, *, lake: pl.LazyFrame | pl.DataFrame | None = None) -> pl.LazyFrame:
+def history_source(table: Table, *, lake: LakeLike | None = None) -> pl.LazyFrame:
     """:func:`history_of`, read only when the frame is collected (the live tail as of then); nothing is read now.
 
     What :meth:`FeatureView.from_table <fluss_lake.training.FeatureView.from_table>` holds: a view costs nothing

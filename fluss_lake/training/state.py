@@ -19,9 +19,12 @@ from fluss_lake.training.history import (
     PARTITION,
     TIMESTAMP,
     VALUE_CHANGES,
+    LakeHistories,
+    LakeLike,
     as_utc,
     check_history,
     history_of,
+    pinned_history,
     time_expr,
     time_unit,
 )
@@ -35,7 +38,9 @@ def state_as_of(
     primary_key: Sequence[str] | None = None,
     timestamp: datetime | date | str | None = None,
     offsets: Mapping[int, int] | None = None,
-    lake: pl.LazyFrame | pl.DataFrame | None = None,
+    lake: LakeLike | None = None,
+    snapshot_id: int | None = None,
+    snapshot_as_of: datetime | date | str | None = None,
 ) -> pl.LazyFrame:
     """Every live row of a primary-key table as it stood at `timestamp` or at the log `offsets`.
 
@@ -54,7 +59,12 @@ def state_as_of(
         (with ``__partition``) takes ``(partition name, bucket)`` keys, like ``Table.end_offsets()``.
         Neither: the latest state. Both: changes must satisfy both.
     lake
-        Only with a ``Table``: its tiered lake history.
+        Only with a ``Table``: its tiered lake history (a frame), or the lake (``tiering.Lake``) to read it from.
+    snapshot_id, snapshot_as_of
+        Only with a ``Table`` and ``lake=`` a lake: read the history as tiered in this snapshot of the lake's
+        history table (``tiering.lake_snapshots(lake, path, kind="history")`` lists them), or in the latest one
+        committed at or before this time, and nothing after it (no live tail): the same rows however much is
+        tiered or written later, so a backfill can be reproduced.
 
     Returns a LazyFrame of the table's columns sorted by the primary key.
 
@@ -68,9 +78,19 @@ def state_as_of(
     >>> state_as_of(t, offsets={0: 2}).collect().to_dicts()
     [{'k': 1, 'v': 'a'}, {'k': 2, 'v': 'b'}]
     """
+    pinned = snapshot_id is not None or snapshot_as_of is not None
+    if pinned and not (isinstance(history, Table) and isinstance(lake, LakeHistories)):
+        raise InvalidConfigError(
+            "snapshot_id= and snapshot_as_of= pin a lake read: pass the live Table and lake=<a tiering.Lake> "
+            "(or read the pinned frame yourself with tiering.read_history(lake, path, snapshot_id=...))"
+        )
     if isinstance(history, Table):
         primary_key = history.schema.primary_key if primary_key is None else primary_key
-        history = history_of(history, lake=lake)
+        if pinned:
+            assert isinstance(lake, LakeHistories)
+            history = pinned_history(history, lake, snapshot_id=snapshot_id, as_of=snapshot_as_of)
+        else:
+            history = history_of(history, lake=lake)
     elif lake is not None:
         raise InvalidConfigError("lake= goes with a live Table; with a history frame, concatenate it yourself")
     if not isinstance(history, pl.LazyFrame | pl.DataFrame):

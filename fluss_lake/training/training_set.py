@@ -25,14 +25,16 @@ A history with fewer buckets than N (or a key in two passes' buckets) is chunked
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from fluss_lake._utils.arguments import check_int
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
+from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.training._rules import INTERNAL_PREFIX, check_names, common_key_dtype, within_ttl
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import (
@@ -42,6 +44,8 @@ from fluss_lake.training.history import (
     PARTITION,
     TIMESTAMP,
     VALUE_CHANGES,
+    LakeHistories,
+    pinned_history,
     time_expr,
     time_unit,
 )
@@ -62,6 +66,9 @@ def training_set(
     *,
     timestamp_column: str = "prediction_ts",
     key_chunks: int | None = None,
+    lake: LakeHistories | None = None,
+    snapshot_ids: Mapping[str, int] | None = None,
+    snapshot_as_of: datetime | date | str | None = None,
 ) -> pl.DataFrame | pl.LazyFrame:
     """Entity rows with the feature values of every view as of each row's `timestamp_column`.
 
@@ -80,6 +87,13 @@ def training_set(
         (about 1/N of each history at a time; the histories should be lazy scans so each pass reads only its
         range). The work then runs when called; a LazyFrame of entities gives the result as a LazyFrame. None or
         1: one pass.
+    lake, snapshot_ids, snapshot_as_of
+        Pin the histories to lake snapshots, so a backfill can be reproduced exactly: each view's table's history
+        is read from `lake` (a ``tiering.Lake``) as tiered in the snapshot `snapshot_ids` gives for it (table path
+        -> id of a snapshot of its history table, as ``tiering.lake_snapshots(lake, path, kind="history")`` lists;
+        every view's table named), or in the latest snapshot committed at or before `snapshot_as_of`, and nothing
+        after it (no live tail). The views must have a table (:meth:`FeatureView.from_table`). Prediction times
+        after a snapshot see the values it holds.
 
     Examples
     --------
@@ -98,6 +112,7 @@ def training_set(
     views = [views] if isinstance(views, FeatureView) else list(views)
     if not views or not all(isinstance(v, FeatureView) for v in views):
         raise InvalidConfigError("training_set needs one or more FeatureView objects")
+    views = _pinned(views, lake, snapshot_ids, snapshot_as_of)
     eager = isinstance(entities, pl.DataFrame)
     if not isinstance(entities, pl.DataFrame | pl.LazyFrame):
         raise InvalidConfigError(
@@ -133,6 +148,57 @@ def training_set(
     for i, view in enumerate(views):
         frame = _join_view(frame, schema, view, i, unit)
     return frame.sort(_ROW).select(*schema.names(), *outputs)
+
+
+def _pinned(
+    views: list[FeatureView],
+    lake: LakeHistories | None,
+    snapshot_ids: Mapping[str, int] | None,
+    snapshot_as_of: datetime | date | str | None,
+) -> list[FeatureView]:
+    """The views with their histories pinned to lake snapshots (see :func:`training_set`), checked first."""
+    if snapshot_ids is None and snapshot_as_of is None:
+        if lake is not None:
+            raise InvalidConfigError(
+                "lake= goes with snapshot_ids= or snapshot_as_of= (the lake the pinned histories are read from); "
+                "without a pin each view reads its own history"
+            )
+        return views
+    if snapshot_ids is not None and snapshot_as_of is not None:
+        raise InvalidConfigError("give snapshot_ids= or snapshot_as_of=, not both")
+    if not isinstance(lake, LakeHistories):
+        raise InvalidConfigError(
+            "snapshot_ids= and snapshot_as_of= need lake=<a tiering.Lake> to read the pinned histories from"
+        )
+    unbound = [v.label for v in views if v.table is None]
+    if unbound:
+        raise InvalidConfigError(
+            f"{', '.join(unbound)} has no live table, so no lake history to pin; make views with "
+            "FeatureView.from_table(table, ...) or pin the history frame yourself (tiering.read_history)"
+        )
+    tables = {str(v.table.path) for v in views if v.table is not None}
+    ids: dict[str, int] = {}
+    if snapshot_ids is not None:
+        if not isinstance(snapshot_ids, Mapping):
+            raise InvalidConfigError(f"snapshot_ids must map table paths to snapshot ids, got {snapshot_ids!r}")
+        for path, snapshot in snapshot_ids.items():
+            ids[str(TablePath.of(path))] = check_int(
+                f"snapshot_ids[{path!r}]", snapshot, minimum=None, hint="a snapshot id of the table's history"
+            )
+        if set(ids) != tables:
+            raise InvalidConfigError(
+                f"snapshot_ids must name exactly the views' tables {sorted(tables)}, got {sorted(ids)}"
+            )
+    pinned = {
+        path: pinned_history(
+            next(v.table for v in views if v.table is not None and str(v.table.path) == path),
+            lake,
+            snapshot_id=ids.get(path),
+            as_of=snapshot_as_of,
+        )
+        for path in sorted(tables)
+    }  # one read per table, shared by its views
+    return [replace(v, history=pinned[str(v.table.path)]) for v in views if v.table is not None]
 
 
 def _check_years(times: pl.Series) -> None:
@@ -511,8 +577,13 @@ def register_training_set(
     views: FeatureView | Sequence[FeatureView],
     *,
     timestamp_column: str = "prediction_ts",
+    lake: LakeHistories | None = None,
+    snapshot_ids: Mapping[str, int] | None = None,
+    snapshot_as_of: datetime | date | str | None = None,
 ) -> pl.DataFrame:
     """Build a training set and register it in DuckDB as the view `name` (returns the same rows as polars).
+
+    `lake`, `snapshot_ids` and `snapshot_as_of` pin the histories to lake snapshots, as for :func:`training_set`.
 
     DuckDB has no Python table functions, so the training set is computed here and handed to DuckDB as an
     Arrow table (zero copy); SQL then reads ``SELECT ... FROM name``. `entities` may be a polars frame, a
@@ -538,7 +609,14 @@ def register_training_set(
         if to_polars is None:
             raise InvalidConfigError("entities must be a polars frame, a DuckDB relation or a SQL string")
         entities = to_polars()
-    result = training_set(entities, views, timestamp_column=timestamp_column)
+    result = training_set(
+        entities,
+        views,
+        timestamp_column=timestamp_column,
+        lake=lake,
+        snapshot_ids=snapshot_ids,
+        snapshot_as_of=snapshot_as_of,
+    )
     frame = result.collect() if isinstance(result, pl.LazyFrame) else result
     con.register(name, frame.to_arrow())
     return frame

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import polars as pl
+import duckdb
 import pytest
 
 import fluss_lake as fl
@@ -196,6 +197,16 @@ ARGS: dict[tuple[str, str], Arg] = {
     ("fluss_lake.training.state_as_of", "offsets"): Arg(
         lambda e, v: fluss_lake.training.state_as_of(e.a, offsets={0: v}).collect(), NON_NEGATIVE, (0, 2),
         match="offsets"),
+    ("fluss_lake.training.state_as_of", "snapshot_id"): Arg(
+        lambda e, v: fluss_lake.training.state_as_of(e.lk, lake=e.lake, snapshot_id=v).collect(), (True, 1.5, "1"),
+        (None,), match="snapshot_id"),
+    **{(f"fluss_lake.training.{name}", "snapshot_ids"): Arg(
+        (lambda name: lambda e, v: getattr(fluss_lake.training, name)(
+            *((duckdb.connect(), "t") if name == "register_training_set" else ()),
+            pl.DataFrame({"k": [1], "prediction_ts": [datetime(2030, 1, 1)]}),
+            fluss_lake.training.FeatureView.from_table(e.lk), lake=e.lake, snapshot_ids={"d.lk": v}))(name),
+        (True, 1.5, "1", None), (), match="snapshot_ids")
+        for name in ("training_set", "register_training_set")},
     ("fluss_lake.training.training_set", "key_chunks"): Arg(
         lambda e, v: fluss_lake.training.training_set(
             pl.DataFrame({"k": [1], "prediction_ts": [datetime(2030, 1, 1)]}),
@@ -215,6 +226,8 @@ ARGS: dict[tuple[str, str], Arg] = {
         lambda e, v: e.lake.remove_orphan_files("d.lk", older_than_s=v, dry_run=True), SECONDS_OR_ZERO, (0, 3600)),
     ("tiering.read_lake", "snapshot_id"): Arg(
         lambda e, v: tiering.read_lake(e.lake, "d.lk", snapshot_id=v), (True, 1.5, "1"), (None,)),
+    ("tiering.Lake.history", "snapshot_id"): Arg(
+        lambda e, v: e.lake.history("d.lk", snapshot_id=v), (True, 1.5, "1"), (None,)),
     ("tiering.read_history", "snapshot_id"): Arg(
         lambda e, v: tiering.read_history(e.lake, "d.lk", snapshot_id=v), (True, 1.5, "1"), (None,)),
     ("tiering.union_read", "snapshot_id"): Arg(
