@@ -15,9 +15,10 @@ from tiering.compaction import (
     compact_history,
     compact_table,
 )
+from tiering.duckdb_views import register_duckdb
 from tiering.lake import Lake
 from tiering.lake_snapshot import LakeSnapshot
-from tiering.reads import read_history, read_lake, register_duckdb, union_read
+from tiering.reads import read_history, read_lake, union_read
 from tiering.service import TableLag, TieringService, table_lag, tier_once
 from tiering.snapshots import lake_snapshots
 

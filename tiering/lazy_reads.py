@@ -18,6 +18,7 @@ from polars.io.plugins import register_io_source
 from fluss_lake.exceptions import InvalidConfigError, TableNotExistError
 from fluss_lake.metadata.table_path import TablePath
 from fluss_lake.scan import necessary_conditions
+from tiering.reads import read_history, read_lake, union_read
 from tiering.schema import BUCKET, OFFSET, TIMESTAMP
 
 if TYPE_CHECKING:
@@ -86,8 +87,6 @@ def scan_lake(lake: Lake, path: str | TablePath) -> pl.LazyFrame:
     >>> frame.collect()["v"].sort().to_list()   # planned when collected: the second round is in
     [1, 2]
     """
-    from tiering.reads import read_lake
-
     path = TablePath.of(path)
     table = lake.load(path)
     if table is None:
@@ -97,8 +96,6 @@ def scan_lake(lake: Lake, path: str | TablePath) -> pl.LazyFrame:
 
 def scan_history(lake: Lake, path: str | TablePath) -> pl.LazyFrame:
     """:func:`~tiering.reads.read_history` at each collect."""
-    from tiering.reads import read_history
-
     path = TablePath.of(path)
     schema = read_history(lake, path).collect_schema()  # plans the files once (metadata only), reads no rows
     return planned(lambda: read_history(lake, path), pl.Schema(schema), name=f"lake history {path}")
@@ -120,8 +117,6 @@ def scan_union(live: Table, lake: Lake, *, system_columns: bool = False, **optio
     >>> frame.collect().to_dicts()
     [{'k': 1, 'v': 'new'}]
     """
-    from tiering.reads import union_read
-
     dtypes = dict(live.schema.polars_schema)
     if options.get("columns") is not None:
         unknown = [c for c in options["columns"] if c not in dtypes]

@@ -94,10 +94,10 @@ def test_registration_reads_nothing_and_lake_tables_plan_per_query(tmp_path, mon
     lake = Lake.for_connection(conn)
     tier_once(conn, lake)
     planned: list[int] = []
-    import tiering.reads as reads_module
+    import tiering.lazy_reads as lazy_reads_module
 
-    original = reads_module.read_lake
-    monkeypatch.setattr(reads_module, "read_lake", lambda *a, **k: planned.append(1) or original(*a, **k))
+    original = lazy_reads_module.read_lake
+    monkeypatch.setattr(lazy_reads_module, "read_lake", lambda *a, **k: planned.append(1) or original(*a, **k))
     con = duckdb.connect()
     assert register_duckdb(con, lake, tables=["d.ev"]) == ["d.ev"]
     assert planned == []  # registering planned no files
