@@ -11,7 +11,11 @@ row groups, statistics on). The filter keeps 1% of the rows (``id`` in a range, 
 - DuckDB over the live table: registering (``register_duckdb(..., live=True)``: nothing read) against registering a
   copy (``con.register(name, table.to_polars().to_arrow())``, how views were made before), in seconds; and the
   filtered query afterwards on each;
-- freshness: the registered view shows a write made after registering (checked, not timed).
+- freshness: the registered view shows a write made after registering (checked, not timed);
+- a filtered union read (the same rows in a lake-enabled table: the first half tiered into the lake, the second
+  half the live tail; the filter keeps 1% of the rows, inside the tail): ``scan_union(...).filter(...)``, whose
+  predicate reaches the tail's batch statistics, against ``union_read(...)`` filtered afterwards (the lake part
+  filtered in its Parquet scan, the whole tail decoded: what ``scan_union`` did before), in seconds and peak memory.
 
 Run ``python -m bench.reads [--quick] [--rows N] [--repeats K] [--skip-memory]``.
 """
@@ -33,6 +37,7 @@ FULL_ROWS = 5_000_000
 QUICK_ROWS = 300_000
 BATCH = 100_000
 TABLE = "bench.events"
+UNION_TABLE = "bench.events_lake"
 SCHEMA = {"id": "BIGINT", "k": "INT", "v": "DOUBLE", "s": "STRING"}
 
 
@@ -75,12 +80,44 @@ def build(folder: str, rows: int) -> str:
     return parquet
 
 
+def build_union(folder: str, rows: int) -> None:
+    """The same rows in a lake-enabled table: the first half tiered into a local lake, the second half live only."""
+    import fluss_lake as fl
+    import tiering
+
+    conn = fl.connect(os.path.join(folder, "live"))
+    conn.create_table(UNION_TABLE, schema=SCHEMA, options={"table.statistics.columns": "id",
+                                                           "table.datalake.enabled": True})
+    table = conn.get_table(UNION_TABLE)
+    half = (rows // 2 // BATCH) * BATCH
+    for start in range(0, half, BATCH):
+        table.append(make_rows(start, min(start + BATCH, half)))
+    tiering.tier_once(conn, tiering.Lake.local(os.path.join(folder, "lake")))
+    for start in range(half, rows, BATCH):
+        table.append(make_rows(start, min(start + BATCH, rows)))
+
+
+def union_window(rows: int) -> tuple[int, int]:
+    """The id range the union filter keeps: 1% of the table, in the live tail."""
+    lo = rows * 3 // 4
+    return lo, lo + max(rows // 100, 1) - 1
+
+
 # ---------------------------------------------------------------- one query, for the timed runs and the children
 def run_query(system: str, folder: str, parquet: str, lo: int, hi: int) -> int:
     import duckdb
     import polars as pl
 
     import fluss_lake as fl
+
+    if system.startswith("union"):
+        import tiering
+        from tiering.lazy_reads import scan_union
+
+        table = fl.connect(os.path.join(folder, "live")).get_table(UNION_TABLE)
+        lake = tiering.Lake.local(os.path.join(folder, "lake"))
+        frame = scan_union(table, lake) if system == "union ours" else tiering.union_read(table, lake)
+        return frame.filter(predicate(lo, hi)).select("s", "v").collect().height
 
     if system == "duckdb parquet":
         return len(duckdb.connect().sql(sql(f"read_parquet('{parquet}')", lo, hi)).fetchall())
@@ -194,6 +231,32 @@ def main(argv: list[str] | None = None) -> None:
         stale = cons["copy"].sql("select count(*) from bench.events").fetchall()[0][0]
         assert fresh == rows + 10 and stale == rows, (fresh, stale)
         log(f"  after a write: the view counts {fresh:,} rows, the copy {stale:,}")
+
+        # a filtered union read: the predicate reaching the live tail, against the tail decoded whole
+        log("tiering half of the rows into a lake table ...")
+        build_union(folder, rows)
+        ulo, uhi = union_window(rows)
+        want = run_query("union before", folder, parquet, ulo, uhi)
+        assert want == run_query("union ours", folder, parquet, ulo, uhi) > 0
+        union_systems = ("union ours", "union before")
+        times = interleave({s: (lambda r, s=s: timed(lambda: run_query(s, folder, parquet, ulo, uhi)))
+                            for s in union_systems}, repeats)
+        case = f"filtered union read (1% id range in the live tail, k < 500), {rows:,} rows, half tiered"
+        before = "union_read then filter (the tail decoded whole)"
+        report.add(Result(BENCH, case, "seconds", median(times["union ours"]), before, median(times["union before"]),
+                          False, rows, repeats))
+        if not args.skip_memory:
+            upeaks: dict[str, list[float]] = {s: [] for s in union_systems}
+            for _ in range(min(repeats, 3)):
+                for s in union_systems:
+                    out = run_child(BENCH, "memory_child", {"system": s, "folder": folder, "parquet": parquet,
+                                                            "lo": ulo, "hi": uhi})
+                    assert out["rows"] == want
+                    upeaks[s].append(out["peak"])
+            log("  peak RssAnon: " + ", ".join(f"{s} {fmt_size(median(v))}" for s, v in upeaks.items()))
+            report.add(Result(BENCH, case.replace("filtered union read", "peak memory of a filtered union read"),
+                              "bytes", median(upeaks["union ours"]), before, median(upeaks["union before"]), False,
+                              rows, min(repeats, 3)))
     report.finish()
 
 
