@@ -35,6 +35,7 @@ import polars as pl
 from fluss_lake._utils.arguments import check_int
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 from fluss_lake.metadata.table_path import TablePath
+from fluss_lake.training import _asof  # type: ignore[attr-defined]
 from fluss_lake.training._rules import INTERNAL_PREFIX, check_names, common_key_dtype, within_ttl
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import (
@@ -139,9 +140,7 @@ def training_set(
         chunked = _chunked(base, schema, views, unit, key_chunks, prediction)
         return chunked if eager else chunked.lazy()
     if isinstance(entities, pl.DataFrame):  # only row number, keys and time go through the sorts and joins
-        narrow = _narrow(lazy, views, prediction)
-        for i, view in enumerate(views):
-            narrow = _join_view(narrow, schema, view, i, unit)
+        narrow = _join_views(lazy, schema, views, unit, prediction)
         features = _in_row_order(narrow.select(_ROW, *outputs).collect(engine="in-memory"))
         return pl.concat([entities, features], how="horizontal")
     frame = lazy.with_row_index(_ROW).with_columns(prediction).sort(_TS)  # one plan: the entities are read once
@@ -220,6 +219,40 @@ def _narrow(lazy: pl.LazyFrame, views: list[FeatureView], prediction: pl.Expr) -
     """The entity rows as (row number, prediction time, the views' entity keys), sorted by prediction time."""
     keys = list(dict.fromkeys(e for v in views for e, _ in v.key_pairs()))
     return lazy.with_row_index(_ROW).select(_ROW, prediction, *keys).sort(_TS)
+
+
+def _join_views(
+    lazy: pl.LazyFrame, schema: pl.Schema, views: list[FeatureView], unit: str, prediction: pl.Expr
+) -> pl.LazyFrame:
+    """Every view joined onto the narrow entity rows (any row order): by the compiled kernel where it applies (the
+    histories read side by side first), else by Polars' as-of join on the rows sorted by prediction time."""
+    specs = [_spec(schema, v, i) for i, v in enumerate(views)]
+    fast = [i for i, v in enumerate(views) if _kernel_fits(v, specs[i], schema)]
+    if not fast:
+        narrow = _narrow(lazy, views, prediction)
+        for i, view in enumerate(views):
+            narrow = _join_view(narrow, schema, view, i, unit)
+        return narrow
+    keys = list(dict.fromkeys(e for v in views for e, _ in v.key_pairs()))
+    frame, *rights = pl.collect_all(
+        [
+            lazy.with_row_index(_ROW).select(_ROW, prediction, *keys),
+            *(_right(views[i], i, unit, specs[i]) for i in fast),
+        ],
+        engine="in-memory",
+    )
+    given = dict(zip(fast, rights, strict=True))
+    out = frame.lazy()
+    for i, view in enumerate(views):
+        right = given.pop(i, None)  # dropped once joined: one history in memory less for the next view
+        got = None
+        if right is not None:
+            left = frame.with_columns(specs[i].left_casts) if specs[i].left_casts else frame
+            got = _asof_by_int_key(left, right, view, i, specs[i], every_row=True)
+        out = _join_view(out.sort(_TS), schema, view, i, unit) if got is None else _masked(got.lazy(), view, i)
+        frame = out.collect(engine="in-memory")
+        out = frame.lazy()
+    return out
 
 
 def _in_row_order(frame: pl.DataFrame) -> pl.DataFrame:
@@ -316,6 +349,9 @@ class _BucketPasses:
 
     def join(self, right: pl.DataFrame) -> pl.LazyFrame:
         """The entity rows whose key has a record in `right` (one range's records), joined with it."""
+        fast = _asof_by_int_key(self.left, right, self.view, self.i, self.spec)
+        if fast is not None:
+            return _masked(fast.lazy(), self.view, self.i).select(_ROW, *self.view.output_names())
         joined = _join_right(_with_key_in(self.left, right, self.spec), right.lazy(), self.view, self.i, self.spec)
         return joined.select(_ROW, *self.view.output_names())
 
@@ -482,8 +518,7 @@ def _right(view: FeatureView, i: int, unit: str, spec: _Spec, *, rows: pl.Expr |
 def _join_right(frame: pl.LazyFrame, right: pl.LazyFrame, view: FeatureView, i: int, spec: _Spec) -> pl.LazyFrame:
     """The as-of join of the time-sorted entity frame (with the cast keys) and `right`, deleted or expired values
     nulled out."""
-    ct, tn = f"{_INTERNAL}ct{i}", f"{_INTERNAL}t{i}"
-    names = view.output_names()
+    tn = f"{_INTERNAL}t{i}"
     if view.event_time is None or not view.committed_only:
         joined = frame.join_asof(  # the right time column stays in the result (its name differs from _TS)
             right,
@@ -495,11 +530,65 @@ def _join_right(frame: pl.LazyFrame, right: pl.LazyFrame, view: FeatureView, i: 
         )
     else:
         joined = _join_committed(frame, right, view, i, spec.by_left, spec.by_right, tn)
+    return _masked(joined, view, i)
+
+
+def _masked(joined: pl.LazyFrame, view: FeatureView, i: int) -> pl.LazyFrame:
+    """An as-of join's result with deleted or expired values nulled out and the join's own columns dropped."""
+    ct, tn = f"{_INTERNAL}ct{i}", f"{_INTERNAL}t{i}"
     valid = pl.col(ct).not_()  # ct: "the record is a delete"; null when no record matched
     if view.ttl is not None:
         valid = valid & within_ttl(pl.col(tn), pl.col(_TS), view.ttl)
+    names = view.output_names()
     masked = joined.with_columns(pl.when(valid).then(pl.col(n)).otherwise(None).alias(n) for n in names)
     return masked.select(pl.exclude(f"^{_INTERNAL}(ct|t|k|lk|ord|best){i}.*$"))
+
+
+_INTEGER_KEYS = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32)
+
+
+def _kernel_fits(view: FeatureView, spec: _Spec, schema: pl.Schema) -> bool:
+    """Whether :func:`_asof_by_int_key` can join this view (one integer key column; not ``committed_only``)."""
+    if (view.event_time is not None and view.committed_only) or len(spec.by_left) != 1:
+        return False
+    ((entity_col, hist_col),) = view.key_pairs()
+    dtype = common_key_dtype(schema[entity_col], view.schema[hist_col], view.label) or view.schema[hist_col]
+    return dtype in _INTEGER_KEYS
+
+
+def _asof_by_int_key(
+    left: pl.DataFrame, right: pl.DataFrame, view: FeatureView, i: int, spec: _Spec, *, every_row: bool = False
+) -> pl.DataFrame | None:
+    """The entity rows whose key has a record in `right` (`every_row`: all of them), each with the columns of its
+    key's last record at or before its time (nulls if none): what ``join_asof`` (+ :func:`_with_key_in`) gives,
+    computed by the compiled kernel (:mod:`fluss_lake.training._asof`) when the join is on one integer key column
+    and nothing is null; the rows keep their order. None otherwise (the caller joins with Polars). `right` is in
+    each key's record order (:func:`_in_log_order`)."""
+    tn = f"{_INTERNAL}t{i}"
+    if (view.event_time is not None and view.committed_only) or len(spec.by_left) != 1:
+        return None
+    lk, rk = spec.by_left[0], spec.by_right[0]
+    left_key, right_key = left.get_column(lk), right.get_column(rk)
+    if left_key.dtype not in _INTEGER_KEYS or right_key.dtype != left_key.dtype:
+        return None
+    left_time, right_time = left.get_column(_TS), right.get_column(tn)
+    if left_key.null_count() or left_time.null_count() or right_key.null_count() or right_time.null_count():
+        return None
+    found = pl.Series(
+        _asof.asof_backward(
+            left_key.cast(pl.Int64).to_numpy(),
+            left_time.to_physical().cast(pl.Int64).to_numpy(),
+            right_key.cast(pl.Int64).to_numpy(),
+            right_time.to_physical().cast(pl.Int64).to_numpy(),
+        )
+    )
+    if every_row:
+        rows = found
+    else:  # -2: no record of the key in `right` (another range's key); -1: none at or before the row's time
+        keyed = found != -2
+        rows, left = found.filter(keyed), left.filter(keyed)
+    matched = right.drop(rk).gather(pl.select(pl.when(rows >= 0).then(rows)).to_series())
+    return pl.concat([left, matched], how="horizontal")
 
 
 def _in_log_order(history: pl.DataFrame, tn: str) -> pl.DataFrame:
