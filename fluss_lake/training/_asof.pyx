@@ -21,6 +21,15 @@ cdef inline Py_ssize_t _slot(int64_t key, int shift) noexcept nogil:
     return <Py_ssize_t>((<uint64_t>key * <uint64_t>0x9E3779B97F4A7C15) >> shift)
 
 
+cdef inline Py_ssize_t _find(const int64_t[::1] keys, const int64_t[::1] ids, int64_t key, int shift,
+                             Py_ssize_t capacity) noexcept nogil:
+    """The slot holding `key`, or the empty slot where it goes (linear probing)."""
+    cdef Py_ssize_t i = _slot(key, shift)
+    while ids[i] >= 0 and keys[i] != key:
+        i = (i + 1) & (capacity - 1)
+    return i
+
+
 def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
                   const int64_t[::1] right_keys, const int64_t[::1] right_times):
     """For each left row, the index of the last right row with its key and a time at or before its time:
@@ -49,16 +58,12 @@ def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
             table_keys, table_ids = table_keys_array, table_ids_array
             with nogil:
                 for s in range(capacity // 2):
-                    if old_ids[s] >= 0:
-                        i = _slot(old_keys[s], shift)
-                        while table_ids[i] >= 0:
-                            i = (i + 1) & (capacity - 1)
+                    if old_ids[s] >= 0:  # keys are distinct: the probe ends at an empty slot
+                        i = _find(table_keys, table_ids, old_keys[s], shift, capacity)
                         table_keys[i] = old_keys[s]
                         table_ids[i] = old_ids[s]
         key = right_keys[j]
-        i = _slot(key, shift)
-        while table_ids[i] >= 0 and table_keys[i] != key:
-            i = (i + 1) & (capacity - 1)
+        i = _find(table_keys, table_ids, key, shift, capacity)
         if table_ids[i] < 0:
             table_keys[i] = key
             table_ids[i] = used
@@ -84,9 +89,7 @@ def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
             fill[ids[j]] += 1
         for i in range(n):
             key = left_keys[i]
-            s = _slot(key, shift)
-            while table_ids[s] >= 0 and table_keys[s] != key:
-                s = (s + 1) & (capacity - 1)
+            s = _find(table_keys, table_ids, key, shift, capacity)
             if table_ids[s] < 0:
                 out[i] = ABSENT
                 continue
