@@ -5,10 +5,12 @@ at or before its time.
 Polars' ``join_asof`` with ``by=`` spends most of a training-set pass on one thread grouping both sides. Here the
 history's records are grouped by key with an open-addressing hash table and a counting sort (one pass each, the
 records of a key keeping their order), and each entity row binary-searches its key's records: no comparison sort
-of either side, and the entity rows stay in their order.
+of either side, and the entity rows stay in their order. The loops run without the interpreter lock, so the joins
+of several views can run side by side in threads.
 """
 
-from libc.stdint cimport int64_t, uint64_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
 
 import numpy as np
 
@@ -17,17 +19,52 @@ cdef enum:
     BEFORE = -1  # the key has records, none at or before the row's time
 
 
-cdef inline Py_ssize_t _slot(int64_t key, int shift) noexcept nogil:
-    return <Py_ssize_t>((<uint64_t>key * <uint64_t>0x9E3779B97F4A7C15) >> shift)
+cdef struct Table:
+    int64_t* keys
+    int64_t* ids  # -1: an empty slot
+    Py_ssize_t capacity  # a power of two
+    int shift  # 64 - log2(capacity): the slot of a key is the top bits of its multiplicative hash
+    Py_ssize_t used
 
 
-cdef inline Py_ssize_t _find(const int64_t[::1] keys, const int64_t[::1] ids, int64_t key, int shift,
-                             Py_ssize_t capacity) noexcept nogil:
+cdef inline Py_ssize_t _find(const Table* table, int64_t key) noexcept nogil:
     """The slot holding `key`, or the empty slot where it goes (linear probing)."""
-    cdef Py_ssize_t i = _slot(key, shift)
-    while ids[i] >= 0 and keys[i] != key:
-        i = (i + 1) & (capacity - 1)
+    cdef Py_ssize_t i = <Py_ssize_t>((<uint64_t>key * <uint64_t>0x9E3779B97F4A7C15) >> table.shift)
+    while table.ids[i] >= 0 and table.keys[i] != key:
+        i = (i + 1) & (table.capacity - 1)
     return i
+
+
+cdef int _allocate(Table* table, Py_ssize_t capacity, int shift) noexcept nogil:
+    """Empty slots for `capacity` keys; -1 if out of memory."""
+    cdef Py_ssize_t i
+    table.keys = <int64_t*>malloc(capacity * sizeof(int64_t))
+    table.ids = <int64_t*>malloc(capacity * sizeof(int64_t))
+    if table.keys == NULL or table.ids == NULL:
+        return -1
+    for i in range(capacity):
+        table.ids[i] = -1
+    table.capacity, table.shift = capacity, shift
+    return 0
+
+
+cdef int _grow(Table* table) noexcept nogil:
+    """Twice the slots, every key re-inserted (keys are distinct: each probe ends at an empty slot)."""
+    cdef int64_t* old_keys = table.keys
+    cdef int64_t* old_ids = table.ids
+    cdef Py_ssize_t old_capacity = table.capacity, s, i
+    if _allocate(table, old_capacity * 2, table.shift - 1) < 0:
+        free(old_keys)
+        free(old_ids)
+        return -1
+    for s in range(old_capacity):
+        if old_ids[s] >= 0:
+            i = _find(table, old_keys[s])
+            table.keys[i] = old_keys[s]
+            table.ids[i] = old_ids[s]
+    free(old_keys)
+    free(old_ids)
+    return 0
 
 
 def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
@@ -37,71 +74,78 @@ def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
 
     The right rows of each key must ascend by time (ties: the one to match last); keys and times are any int64.
     """
-    cdef Py_ssize_t n = left_keys.shape[0], m = right_keys.shape[0], i, j, s, lo, hi, mid
-    cdef int shift = 64 - 4
-    cdef Py_ssize_t capacity = 16, used = 0
-    table_keys_array = np.empty(capacity, dtype=np.int64)
-    table_ids_array = np.full(capacity, -1, dtype=np.int64)
-    cdef int64_t[::1] table_keys = table_keys_array
-    cdef int64_t[::1] table_ids = table_ids_array
-    ids_array = np.empty(m, dtype=np.int64)
-    cdef int64_t[::1] ids = ids_array
-    cdef int64_t key, t, found
-    cdef int64_t[::1] old_keys, old_ids
-    for j in range(m):  # each right row's key id: ids in order of first appearance
-        if 2 * (used + 1) > capacity:  # keep the table at most half full: grow and re-insert
-            old_keys, old_ids = table_keys, table_ids
-            capacity *= 2
-            shift -= 1
-            table_keys_array = np.empty(capacity, dtype=np.int64)
-            table_ids_array = np.full(capacity, -1, dtype=np.int64)
-            table_keys, table_ids = table_keys_array, table_ids_array
-            with nogil:
-                for s in range(capacity // 2):
-                    if old_ids[s] >= 0:  # keys are distinct: the probe ends at an empty slot
-                        i = _find(table_keys, table_ids, old_keys[s], shift, capacity)
-                        table_keys[i] = old_keys[s]
-                        table_ids[i] = old_ids[s]
-        key = right_keys[j]
-        i = _find(table_keys, table_ids, key, shift, capacity)
-        if table_ids[i] < 0:
-            table_keys[i] = key
-            table_ids[i] = used
-            used += 1
-        ids[j] = table_ids[i]
-    starts_array = np.zeros(used + 1, dtype=np.int64)
-    order_array = np.empty(m, dtype=np.int64)
+    cdef Py_ssize_t n = left_keys.shape[0], m = right_keys.shape[0], i, j, s, lo, hi, mid, first
+    if m >= 2**32 - 1:
+        raise ValueError("asof_backward takes fewer than 2**32 - 1 right rows")
+    ids_array = np.empty(m, dtype=np.uint32)  # key ids and positions fit 32 bits: half the memory traffic
+    cdef uint32_t[::1] ids = ids_array
+    cdef Table table
+    table.keys = NULL
+    table.ids = NULL
+    table.used = 0
+    cdef int failed = 0
+    cdef int64_t key, t
+    with nogil:
+        failed = _allocate(&table, 16, 64 - 4)
+        for j in range(m):  # each right row's key id, in order of first appearance
+            if failed:
+                break
+            key = right_keys[j]
+            i = _find(&table, key)
+            if table.ids[i] < 0:
+                if 2 * (table.used + 1) > table.capacity:  # keep the table at most half full
+                    failed = _grow(&table)
+                    if failed:
+                        break
+                    i = _find(&table, key)
+                table.keys[i] = key
+                table.ids[i] = table.used
+                table.used += 1
+            ids[j] = <uint32_t>table.ids[i]
+    if failed:
+        free(table.keys)
+        free(table.ids)
+        raise MemoryError("asof_backward: no memory for the key table")
+    starts_array = np.zeros(table.used + 1, dtype=np.uint32)
+    fill_array = np.empty(table.used, dtype=np.uint32)
+    order_array = np.empty(m, dtype=np.uint32)
+    times_array = np.empty(m, dtype=np.int64)  # the right times in key order: the searches read them in a row
     out_array = np.empty(n, dtype=np.int64)
-    cdef int64_t[::1] starts = starts_array
-    cdef int64_t[::1] order = order_array
+    cdef uint32_t[::1] starts = starts_array
+    cdef uint32_t[::1] fill = fill_array
+    cdef uint32_t[::1] order = order_array
+    cdef int64_t[::1] times = times_array
     cdef int64_t[::1] out = out_array
-    cdef int64_t[::1] fill
     with nogil:
         for j in range(m):  # a counting sort of the right rows by key id, stable: a key's rows keep their order
             starts[ids[j] + 1] += 1
-        for s in range(used):
+        for s in range(table.used):
             starts[s + 1] += starts[s]
-    fill_array = starts_array[:used].copy()
-    fill = fill_array
-    with nogil:
+            fill[s] = starts[s]
         for j in range(m):
-            order[fill[ids[j]]] = j
+            order[fill[ids[j]]] = <uint32_t>j
+            times[fill[ids[j]]] = right_times[j]
             fill[ids[j]] += 1
         for i in range(n):
             key = left_keys[i]
-            s = _find(table_keys, table_ids, key, shift, capacity)
-            if table_ids[s] < 0:
+            s = _find(&table, key)
+            if table.ids[s] < 0:
                 out[i] = ABSENT
                 continue
-            found = table_ids[s]
+            first = starts[table.ids[s]]
+            lo = first
+            hi = starts[table.ids[s] + 1]
             t = left_times[i]
-            lo = starts[found]
-            hi = starts[found + 1]  # the last row at or before t: the first after it, minus one
-            while lo < hi:
+            while lo < hi:  # the first record after t; the one before it is the match
                 mid = (lo + hi) >> 1
-                if right_times[order[mid]] <= t:
+                if times[mid] <= t:
                     lo = mid + 1
                 else:
                     hi = mid
-            out[i] = order[lo - 1] if lo > starts[found] else BEFORE
+            if lo > first:
+                out[i] = <int64_t>order[lo - 1]
+            else:
+                out[i] = BEFORE
+    free(table.keys)
+    free(table.ids)
     return out_array

@@ -26,6 +26,7 @@ A history with fewer buckets than N (or a key in two passes' buckets) is chunked
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
@@ -242,16 +243,23 @@ def _join_views(
         engine="in-memory",
     )
     given = dict(zip(fast, rights, strict=True))
-    out = frame.lazy()
-    for i, view in enumerate(views):
-        right = given.pop(i, None)  # dropped once joined: one history in memory less for the next view
-        got = None
-        if right is not None:
-            left = frame.with_columns(specs[i].left_casts) if specs[i].left_casts else frame
-            got = _asof_by_int_key(left, right, view, i, specs[i], every_row=True)
-        out = _join_view(out.sort(_TS), schema, view, i, unit) if got is None else _masked(got.lazy(), view, i)
-        frame = out.collect(engine="in-memory")
-        out = frame.lazy()
+
+    def joined(i: int) -> pl.DataFrame | None:  # one view's columns in the entity rows' order, or None
+        left = frame.with_columns(specs[i].left_casts) if specs[i].left_casts else frame
+        got = _asof_by_int_key(left, given[i], views[i], i, specs[i], every_row=True)
+        return None if got is None else _masked(got.lazy(), views[i], i).select(views[i].output_names()).collect()
+
+    if len(fast) > 1:  # the kernels release the interpreter lock: the views' joins run side by side
+        with ThreadPoolExecutor(max_workers=len(fast)) as pool:
+            columns = dict(zip(fast, pool.map(joined, fast), strict=True))
+    else:
+        columns = {fast[0]: joined(fast[0])}
+    given.clear()
+    done = [i for i in fast if columns[i] is not None]
+    out = frame.hstack([c for i in done for c in columns[i].get_columns()]).lazy()  # type: ignore[union-attr]
+    for i, view in enumerate(views):  # the rest by Polars' as-of join, on the rows sorted by prediction time
+        if i not in done:
+            out = _join_view(out.sort(_TS), schema, view, i, unit)
     return out
 
 
