@@ -1,7 +1,9 @@
 """Point-in-time training sets: for every entity row, the feature values current at its prediction time.
 
-One sorted, vectorized as-of join per feature view (Polars ``join_asof`` by the entity keys), never a Python
-loop per row. The rules (also in ``docs/TRAINING.md``):
+One as-of join per feature view by the entity keys, never a Python loop per row: on one integer key (the usual
+case) a compiled kernel (:mod:`fluss_lake.training._asof`: the history grouped by key with a hash table, each entity
+row binary-searching its key's records; the views side by side in threads), else Polars' ``join_asof``. The rules
+(also in ``docs/TRAINING.md``):
 
 * **Commit time** (default): the value a key had in the live store at the prediction time: the latest
   ``+I``/``+U``/``-D`` record with ``__timestamp <= prediction time`` (a record committed *at* the prediction
