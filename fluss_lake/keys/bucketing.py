@@ -288,7 +288,12 @@ def split_by_bucket(frame: pl.DataFrame, buckets: np.ndarray) -> dict[int, pl.Da
         return {}
     if buckets.min() == buckets.max():
         return {int(buckets[0]): frame}
-    parts = frame.with_columns(pl.Series("__bucket", buckets)).partition_by(
-        "__bucket", as_dict=True, maintain_order=True
-    )
-    return {int(key[0]): part.drop("__bucket") for key, part in parts.items()}
+    # One gather in bucket order (stable: write order kept), then zero-copy slices, buckets in order of first
+    # appearance: a small write batch pays one Polars call here, not one per bucket.
+    order = np.argsort(buckets, kind="stable")
+    ordered = buckets[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    ends = np.r_[starts[1:], len(order)]
+    gathered = frame[order]
+    runs = sorted(zip(starts.tolist(), ends.tolist(), strict=True), key=lambda run: order[run[0]])
+    return {int(ordered[start]): gathered.slice(start, end - start) for start, end in runs}

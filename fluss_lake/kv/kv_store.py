@@ -76,7 +76,7 @@ class KvStore(StateReader):
     def apply(
         self,
         hashes: np.ndarray,
-        rows: pl.DataFrame,
+        rows: pl.DataFrame | pa.Table,
         deleted: np.ndarray,
         commit_ts: np.ndarray | int,
         *,
@@ -89,7 +89,7 @@ class KvStore(StateReader):
         `order` may pass ``argsort(hashes)`` when the caller already has it (saves a sort). Then the memtable
         is flushed if it is full, and the process memtable budget is enforced (which may flush other stores).
         """
-        if rows.height == 0:
+        if len(rows) == 0:
             return
         with self.lock:
             self._add_to_memtable(hashes, rows, deleted, commit_ts, order, offsets)
@@ -98,7 +98,7 @@ class KvStore(StateReader):
     def _add_to_memtable(
         self,
         hashes: np.ndarray,
-        rows: pl.DataFrame,
+        rows: pl.DataFrame | pa.Table,
         deleted: np.ndarray,
         commit_ts: np.ndarray | int,
         order: np.ndarray | None,
@@ -109,9 +109,13 @@ class KvStore(StateReader):
             order = np.argsort(hashes, kind="stable")
         ts = None
         if self.ttl_ms > 0:  # commit times are kept only where table.kv.ttl needs them
-            ts = np.empty(rows.height, dtype=np.int64)
+            ts = np.empty(len(rows), dtype=np.int64)
             ts[:] = commit_ts
-        data = rows.select(self.schema.names()).to_arrow()
+        names = self.schema.names()
+        if isinstance(rows, pa.Table):
+            data = rows if rows.column_names == names else rows.select(names)
+        else:
+            data = (rows if rows.columns == names else rows[names]).to_arrow()
         if not is_identity(order):
             data = take(data, order)
             ts = None if ts is None else ts[order]
@@ -128,7 +132,7 @@ class KvStore(StateReader):
                 None if offsets is None else pa.array(offsets, pa.int64()),
             ),
         )
-        self._account()
+        self.memtable_bytes += self.segments[0].table.nbytes  # the other changes of the memtable recount it
         memtable = self._memtable_size()
         if memtable >= MEMTABLE_BATCHES or sum(s.rows for s in self.segments[:memtable]) >= MEMTABLE_ROWS:
             self.flush_memtable()

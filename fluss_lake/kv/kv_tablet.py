@@ -41,7 +41,7 @@ _REPLAY_CHUNK_ROWS = 2_000_000
 _log = logging.getLogger("fluss_lake.integrity")
 #: The final image of every key a batch changed: (index hashes, rows, deleted mask, position of the key's last
 #: record in the changelog).
-_FinalImage = tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray]
+_FinalImage = tuple[np.ndarray, pl.DataFrame | pa.Table, np.ndarray, np.ndarray]
 
 
 def _locked(method: Callable) -> Callable:
@@ -309,6 +309,7 @@ class KvTablet:
                 batch_seq=batch_seq,
                 compression=codec,
                 compression_level=level,
+                deletes=header.deletes,
             )
             if self.log.try_append(base, data, header):
                 if self.auto_increment is not None:
@@ -368,7 +369,8 @@ class KvTablet:
         """:meth:`_merge` for a batch whose keys are all distinct (the common case): one merge round, and the
         changelog is gathered in one take (-U of a row right before its +U, rows in batch order)."""
         n = batch.height
-        found, current = self.kv.lookup(hashes, batch.select(self.primary_key))
+        keys = batch[list(self.primary_key)]
+        found, current = self.kv.lookup(hashes, keys)
         outcome = merger.merge(MergeRound(current, pl.Series(found), batch, pl.Series(is_delete)))
         emit = outcome.emit.to_numpy()
         if skip_unchanged:
@@ -377,11 +379,17 @@ class KvTablet:
         before = (emit == EMIT_DELETE) | ((emit == EMIT_UPDATE) & (not image.wal))
         after = (emit == EMIT_INSERT) | (emit == EMIT_UPDATE)
         touched = emit != 0
-        after_rows = outcome.after.with_columns(batch.select(self.primary_key))  # keys as written
+        after_rows = _with_columns_of(outcome.after, keys)  # keys as written
         counts = before.astype(np.int64) + after
         last = np.cumsum(counts) - 1  # changelog position of each changed row's last record (its final change)
+        # The after-images of changed keys are both changelog records and the final image (their key values are
+        # the written ones): converted to Arrow once for both, unless the auto-increment merger renumbers them.
+        shared = touched.all() and not isinstance(merger, AutoIncrementMerger)
+        after_arrow = after_rows.to_arrow() if shared else None
+        final_rows: pl.DataFrame | pa.Table
         if touched.all():
-            final = (hashes, after_rows, ~after_exists, last)
+            final_rows = after_rows if after_arrow is None else after_arrow
+            final = (hashes, final_rows, ~after_exists, last)
             final_order: np.ndarray | None = order
         else:
             changed = np.flatnonzero(touched)
@@ -390,12 +398,20 @@ class KvTablet:
         insert_type = UPDATE_AFTER if image.inserts_as_updates else INSERT
         after_types = np.where(emit == EMIT_INSERT, insert_type, UPDATE_AFTER).astype(np.int8)
         if not before.any():  # inserts only, or WAL: the after-images in batch order
+            if after.all() and after_arrow is not None:
+                names = [CHANGE_TYPE_COLUMN, *after_arrow.column_names]
+                return (
+                    pa.table([pa.array(after_types, pa.int8()), *after_arrow.columns], names=names),
+                    final,
+                    final_order,
+                )
             if after.all():
                 body = outcome.after
             else:
                 body = outcome.after[np.flatnonzero(after)]
                 after_types = after_types[after]
-            return body.select(pl.Series(CHANGE_TYPE_COLUMN, after_types, dtype=pl.Int8), pl.all()), final, final_order
+            types_column = pl.Series(CHANGE_TYPE_COLUMN, after_types, dtype=pl.Int8)
+            return pl.DataFrame([types_column, *body.get_columns()]), final, final_order
         slot = last + 1 - counts  # first changelog position of each batch row
         total = int(counts.sum())
         source = np.empty(total, dtype=np.int64)  # row of concat([current, after]) behind each record
@@ -407,7 +423,7 @@ class KvTablet:
         source[slot[a] + before[a]] = n + a
         types[slot[a] + before[a]] = after_types[a]
         # One compiled gather per column over [current rows | after-images] (no concatenated copy first).
-        sides = [current.to_arrow(), outcome.after.to_arrow()]
+        sides = [current.to_arrow(), outcome.after.to_arrow() if after_arrow is None else after_arrow]
         side = (source >= n).astype(np.int64)
         row = source - n * side
         names = sides[0].column_names
@@ -490,6 +506,12 @@ class KvTablet:
         self.last_snapshot = self.applied
         self._snapshots.collect(self.kv, retained=self.snapshots_retained)
         return self.applied
+
+
+def _with_columns_of(frame: pl.DataFrame, replacements: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with the columns of `replacements` in their places (``with_columns`` without a Polars query)."""
+    replaced = set(replacements.columns)
+    return pl.DataFrame([replacements.get_column(s.name) if s.name in replaced else s for s in frame.get_columns()])
 
 
 def _without_unchanged(emit: np.ndarray, old: pl.DataFrame, after: pl.DataFrame) -> np.ndarray:

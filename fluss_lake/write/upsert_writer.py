@@ -163,7 +163,7 @@ class UpsertWriter(BatchingWriter):
         """Merge one bucket's batch against its state and commit the changelog."""
         is_delete = np.asarray(rows.get_column(_OP).to_numpy(), dtype=bool)
         return target.kv_tablet(bucket).write(
-            rows.drop(_OP),
+            rows[[c for c in rows.columns if c != _OP]],  # drop() without a Polars query
             is_delete,
             self.merger,
             self.image,

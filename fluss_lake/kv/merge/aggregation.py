@@ -14,6 +14,7 @@ from fluss_lake.kv.merge.last_row import (
     all_null,
     emit_code,
     finish_round,
+    flag_array,
     new,
     normalize_targets,
     null_of,
@@ -106,7 +107,7 @@ class AggregationMerger:
         """Merge one round: insert fresh keys verbatim, aggregate target columns of existing keys."""
         spec = self._spec
         reject_disabled_deletes(batch, spec.delete_behavior)
-        if self._full_row and not batch.is_delete.fill_null(False).any():
+        if self._full_row and not flag_array(batch.is_delete).any():
             return self._merge_upserts(batch)
         frame = round_frame(batch)
         update = UPSERT & EXISTS

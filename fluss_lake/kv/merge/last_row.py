@@ -52,6 +52,14 @@ def emit_code(code: int) -> pl.Expr:
     return pl.lit(code, dtype=pl.Int8)
 
 
+def flag_array(flags: pl.Series) -> np.ndarray:
+    """A Boolean series as a numpy bool array, nulls as False (no Polars query when it has no nulls: this runs
+    on every bucket write, and a query costs more than a small batch's merge)."""
+    if flags.dtype == pl.Boolean and not flags.has_nulls():
+        return flags.to_numpy()
+    return flags.cast(pl.Boolean).fill_null(False).to_numpy()
+
+
 def round_frame(batch: MergeRound) -> pl.DataFrame:
     """Lay a round out as one frame: prefixed old and new columns plus the exists/delete flags."""
     return pl.concat(
@@ -92,9 +100,9 @@ def finish_round(
 def upsert_outcome(batch: MergeRound, spec: MergeSpec, after: pl.DataFrame) -> MergeOutcome:
     """Outcome of a round of upserts only, given the after-images: every key exists afterwards, ``+I`` where it
     was absent and ``-U/+U`` where it existed (the rule of the default and aggregation engines)."""
-    exists = batch.exists.cast(pl.Boolean).fill_null(False).to_numpy()
+    exists = flag_array(batch.exists)
     emit = np.where(exists, np.int8(EMIT_UPDATE), np.int8(EMIT_INSERT))
-    if after.columns != list(spec.columns) or any(after.schema[c] != spec.dtypes[c] for c in spec.columns):
+    if after.columns != list(spec.columns) or after.dtypes != [spec.dtypes[c] for c in spec.columns]:
         after = after.select([pl.col(c).cast(spec.dtypes[c]) for c in spec.columns])
     return MergeOutcome(
         after=after,
@@ -114,7 +122,7 @@ def refuse_delete_allow(engine: str, behavior: str) -> None:
 
 def reject_disabled_deletes(batch: MergeRound, behavior: DeleteBehavior) -> None:
     """Raise :class:`DeletionDisabledError` if deletes are disabled and the round holds one."""
-    if behavior == "disable" and bool(batch.is_delete.fill_null(False).any()):
+    if behavior == "disable" and flag_array(batch.is_delete).any():
         raise DeletionDisabledError(
             "Delete operations are disabled for this table. The table.delete.behavior is set to 'disable'; "
             "send no deletes, or set table.delete.behavior to 'ignore' (drop them) or 'allow' (apply them, "
@@ -187,7 +195,7 @@ class LastRowMerger:
         """Merge one round; see the class docstring for the rules."""
         reject_disabled_deletes(batch, self._behavior)
         spec = self._spec
-        if not self._partial and not batch.is_delete.fill_null(False).any():
+        if not self._partial and not flag_array(batch.is_delete).any():
             # Full-row upserts only (the common case): the written row is the after-image; +I on a fresh key,
             # -U/+U on an existing one. Same outcome as the general rules below, without building the frame.
             return upsert_outcome(batch, spec, batch.new)
