@@ -177,7 +177,7 @@ class KvTablet:
             frames: list[pl.DataFrame] = []
             run: list[LogBatch] = []  # consecutive batches with the same columns: converted as one frame
             rows = 0
-            for batch in self.log.read(self.applied, end):
+            for batch in self.log.read(self.applied, end, for_state=True):
                 if not batch.rows.num_rows:
                     continue
                 if run and not batch.rows.schema.equals(run[0].rows.schema):
@@ -194,6 +194,8 @@ class KvTablet:
             if frames:
                 self._apply_changelog(pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0])
             self.applied = end
+        if self.log.hold_from != self.applied:
+            self.log.release_before(self.applied)
         return end
 
     def _changelog_frame(self, run: Sequence[LogBatch]) -> pl.DataFrame:
@@ -317,6 +319,7 @@ class KvTablet:
                 final_hashes, final_rows, final_deleted, positions = final
                 self.kv.apply(final_hashes, final_rows, final_deleted, commit_ts, order=order, offsets=base + positions)
                 self.applied = header.next_offset
+                self.log.release_before(self.applied)
                 if self.applied - max(self.last_snapshot, 0) >= self.snapshot_every or self._snapshots.due():
                     self.snapshot()
                 return header

@@ -213,10 +213,16 @@ def decode_batch(
             what="log batch",
             offsets=(header.base_offset, header.next_offset),
         )
-    if columns is not None:
-        keep = [c for c in table.column_names if c == CHANGE_TYPE_COLUMN or c in columns]
-        table = table.select(keep or table.column_names[:1])  # keep one column so the row count survives
-    return LogBatch(header, table.replace_schema_metadata(None))
+    return project(LogBatch(header, table.replace_schema_metadata(None)), columns)
+
+
+def project(batch: LogBatch, columns: list[str] | None) -> LogBatch:
+    """`batch` with only `columns` (the change type column is always kept if present; None keeps all)."""
+    if columns is None:
+        return batch
+    table = batch.rows
+    keep = [c for c in table.column_names if c == CHANGE_TYPE_COLUMN or c in columns]
+    return LogBatch(batch.header, table.select(keep or table.column_names[:1]))  # one column keeps the row count
 
 
 def encode_segment(

@@ -30,7 +30,15 @@ import pyarrow as pa
 from fluss_lake.exceptions import CommitConflictError, CorruptedDataError, OffsetOutOfRangeError
 from fluss_lake.io.checksum import corrupted, dumps_json, is_sealed, loads_json, unseal
 from fluss_lake.io.store import ObjectStore
-from fluss_lake.log.log_batch import BatchHeader, LogBatch, SegmentReader, decode_batch, decode_header, encode_segment
+from fluss_lake.log.log_batch import (
+    BatchHeader,
+    LogBatch,
+    SegmentReader,
+    decode_batch,
+    decode_header,
+    encode_segment,
+    project,
+)
 
 __all__ = ["LogTablet", "LogCheck", "batch_key", "COMPACTION_GRACE_S"]
 
@@ -40,6 +48,10 @@ _LEASE = "_compaction.lease"
 #: Where expiry (``table.log.ttl``) left the start of the log: written before it deletes, so a log that starts later
 #: than this record says lost its oldest objects.
 _START = "_log_start.json"
+#: Bounds of the batches held for a bucket's primary-key state (``LogTablet.hold_from``): small batches only (a
+#: large one's decode is a small part of its cost), a few MiB per bucket at most.
+_HOLD_BATCH_BYTES = 256 << 10
+_HOLD_BYTES = 2 << 20
 #: Batches younger than this are never compacted; views older than half of it are re-listed before a commit.
 COMPACTION_GRACE_S = 600.0
 
@@ -89,6 +101,12 @@ class LogTablet:
         self.prefix = prefix
         self._known: _Known | None = None
         self.lock = threading.RLock()  # one Table may be shared by threads
+        #: Set by the primary-key state of this bucket to the first offset it has not applied: batches from there
+        #: on that another reader (a job reading the changelog) decodes are held, whole, until the state applies
+        #: them (:meth:`read` with ``for_state``), so each is decoded once per process. Bounded (_HOLD_*).
+        self.hold_from: int | None = None
+        self._held: dict[int, LogBatch] = {}
+        self._held_bytes = 0
 
     def _open(self, key: str) -> pa.Buffer:
         """A batch or segment object's body (memory-mapped when local), its checksum checked the first time this
@@ -200,16 +218,26 @@ class LogTablet:
             self._relist()
             return self._header_of(base, self._known.sources)
 
-    def _batch(self, base: int, columns: list[str] | None) -> LogBatch:
-        """A batch's rows wherever it lives (re-listing once if compaction moved it meanwhile)."""
+    def _batch(self, base: int, columns: list[str] | None, *, for_state: bool = False) -> LogBatch:
+        """A batch's rows wherever it lives (re-listing once if compaction moved it meanwhile); a held batch is
+        served from memory (and let go when the state reads it)."""
         assert self._known is not None
+        held = self._held.get(base)
+        if held is not None:
+            if for_state:
+                self._release(base)
+            return project(held, columns)
+        hold = not for_state and self.hold_from is not None and base >= self.hold_from
         for attempt in (0, 1):
             source = self._known.sources.get(base)
             try:
                 if source is not None:
                     return self._segment(source[0]).batch(source[1], columns)
                 key = batch_key(self.prefix, base)
-                batch = decode_batch(self._open(key), columns, key=key)
+                batch = decode_batch(self._open(key), None if hold else columns, key=key)
+                if hold:
+                    self._hold(base, batch)
+                    batch = project(batch, columns)
                 if batch.header.base_offset != base:
                     raise corrupted(
                         key,
@@ -224,6 +252,28 @@ class LogTablet:
                 with self.lock:
                     self._relist()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _hold(self, base: int, batch: LogBatch) -> None:
+        """Keep a decoded batch for the bucket's state, within the bounds (a batch that does not fit is not kept)."""
+        size = batch.rows.nbytes
+        with self.lock:
+            if size > _HOLD_BATCH_BYTES or self._held_bytes + size > _HOLD_BYTES or base in self._held:
+                return
+            self._held[base] = batch
+            self._held_bytes += size
+
+    def _release(self, base: int) -> None:
+        with self.lock:
+            batch = self._held.pop(base, None)
+            if batch is not None:
+                self._held_bytes -= batch.rows.nbytes
+
+    def release_before(self, offset: int) -> None:
+        """The state applied everything before `offset`: let go of held batches it no longer needs."""
+        with self.lock:
+            self.hold_from = offset
+            for base in [b for b in self._held if b < offset]:
+                self._release(base)
 
     def refresh(self) -> int:
         """Catch up with batches other writers committed; returns the log end offset."""
@@ -423,10 +473,12 @@ class LogTablet:
         *,
         columns: list[str] | None = None,
         header_filter: Callable[[BatchHeader], bool] | None = None,
+        for_state: bool = False,
     ) -> Iterator[LogBatch]:
         """Batches overlapping ``[start, end)`` in offset order (rows before `start` cut off).
 
-        `header_filter` may skip whole batches from their header alone (statistics-based skipping).
+        `header_filter` may skip whole batches from their header alone (statistics-based skipping); `for_state`
+        is the bucket's primary-key state catching up (it takes the batches held for it, see ``hold_from``).
         """
         stop = self.refresh() if end is None else end
         assert self._known is not None
@@ -457,7 +509,7 @@ class LogTablet:
                     expected = header.next_offset
                     if not header_filter(header):
                         continue
-                batch = self._batch(base, columns)
+                batch = self._batch(base, columns, for_state=for_state)
             except FileNotFoundError:
                 with self.lock:
                     self._relist()

@@ -209,9 +209,9 @@ def test_deleted_key_reads_skip_batches_without_deletes(tmp_path, monkeypatch: p
     decoded: list[int] = []
     original = log_tablet_module.LogTablet._batch
 
-    def counting(self, base, columns):
+    def counting(self, base, columns, **kwargs):
         decoded.append(base)
-        return original(self, base, columns)
+        return original(self, base, columns, **kwargs)
 
     job = _job(conn, batch_rows=1000)
     monkeypatch.setattr(log_tablet_module.LogTablet, "_batch", counting)

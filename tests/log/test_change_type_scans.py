@@ -74,9 +74,9 @@ def test_a_deletes_scan_skips_batches_without_deletes_unread(users: fl.Table, mo
     decoded = []
     original = log_tablet_module.LogTablet._batch
 
-    def counting(self, base, columns):
+    def counting(self, base, columns, **kwargs):
         decoded.append(base)
-        return original(self, base, columns)
+        return original(self, base, columns, **kwargs)
 
     headers = _headers(users)
     with_deletes = [h for h in headers if h.deletes]

@@ -27,7 +27,7 @@ def test_batch_headers_name_each_batch_without_decoding_rows(conn, monkeypatch) 
     events.append([{"v": 3}])
     decoded = []
     real = log_tablet_module.LogTablet._batch
-    monkeypatch.setattr(log_tablet_module.LogTablet, "_batch", lambda self, *a: decoded.append(a) or real(self, *a))
+    monkeypatch.setattr(log_tablet_module.LogTablet, "_batch", lambda self, *a, **k: decoded.append(a) or real(self, *a, **k))
     headers = events.batch_headers(0)
     assert [(h.base_offset, h.record_count) for h in headers] == [(0, 2), (2, 1)]
     assert headers[0].writer_id == "job-x-1" and headers[1].writer_id != "job-x-1"
