@@ -6,6 +6,12 @@ sink's log ends (``marks``). Its output is written with a writer id derived from
 rows; before writing it reads the headers of the sink's batches committed since the marks (headers only, no
 rows) and leaves out the buckets that already hold a batch with that writer id. Then a second checkpoint
 moves the offsets past the range. The cost of a restart is the headers written since the announcement.
+
+A job may finish a step without committing (``finish_step(..., commit=False)``): the offsets move in memory and
+the next commit carries them, which is the next step's announcement when data keeps coming (one commit per step
+instead of two) or the commit :meth:`Job.run_once` makes when it finds nothing new. Until then the stored
+checkpoint still announces the finished step: a restart replays it and writes nothing (its batches are found by
+writer id), and another process's ``status()`` counts its records as lag for that long.
 """
 
 from __future__ import annotations
@@ -137,12 +143,16 @@ def write_once(job: Job, sink: Table, step: Mapping[str, Any], rows: pl.DataFram
     return rows.height
 
 
-def finish_step(job: Job, step: Mapping[str, Any]) -> None:
-    """Move the offsets past the announced range and clear the announcement."""
+def finish_step(job: Job, step: Mapping[str, Any], *, commit: bool = True) -> None:
+    """Move the offsets past the announced range and clear the announcement; without `commit` only in memory (the
+    job's next commit carries it, see the module docstring)."""
     until = {a: _until(job, step, a) for a in step["until"]}
     extra = {k: v for k, v in job.checkpoint.extra.items() if k != _PENDING}
     job._advance(until, extra=extra)
-    job._save()
+    if commit:
+        job._save()
+    else:
+        job._deferred = True
 
 
 def step_ranges(job: Job, step: Mapping[str, Any], alias: str) -> dict[Key, tuple[int, int]]:

@@ -128,6 +128,9 @@ class Job:
         self.forgotten_partitions: dict[str, list[str]] = {}  # alias -> partitions dropped since the job saw them
         self._last_run: JobReport | None = None
         self._constructed = False
+        #: a finished step moved the in-memory checkpoint without committing it: the next commit carries it (the
+        #: next step's announcement, or the commit when a run finds nothing new or ends)
+        self._deferred = False
         check_name("job", name)
         loaded, derived = open_checkpoint(connection, name, self.shard, self.inputs)
         if loaded is None:
@@ -379,6 +382,12 @@ class Job:
             new = dataclasses.replace(new, layout={k: v for k, v in new.layout.items() if k != "fresh"})
         self.checkpoints.commit(new)
         self.checkpoint = new
+        self._deferred = False
+
+    def _commit_deferred(self) -> None:
+        """Commit the in-memory checkpoint if a finished step left it uncommitted."""
+        if self._deferred:
+            self._save()
 
     # ------------------------------------------------------------ running
     def _step(self) -> JobReport | None:
@@ -394,6 +403,7 @@ class Job:
             self._budget = None if max_steps is None else max_steps - report.steps
             step = self._step()
             if step is None:
+                self._commit_deferred()  # caught up: the last step's checkpoint is committed before returning
                 break
             report = report.combine(step)
         done = JobReport(
@@ -461,6 +471,7 @@ class Job:
             report = report.combine(step)
             if step.steps == 0:
                 stop_event.wait(poll_interval)
+        self._commit_deferred()
         return report
 
     def reset(self) -> None:
