@@ -235,9 +235,6 @@ class LogTablet:
                     return self._segment(source[0]).batch(source[1], columns)
                 key = batch_key(self.prefix, base)
                 batch = decode_batch(self._open(key), None if hold else columns, key=key)
-                if hold:
-                    self._hold(base, batch)
-                    batch = project(batch, columns)
                 if batch.header.base_offset != base:
                     raise corrupted(
                         key,
@@ -245,6 +242,9 @@ class LogTablet:
                         what="log batch",
                         offsets=(base, base),
                     )
+                if hold:
+                    self._hold(base, batch)
+                    batch = project(batch, columns)
                 return batch
             except FileNotFoundError:
                 if attempt:
