@@ -8,10 +8,11 @@ rows) and leaves out the buckets that already hold a batch with that writer id. 
 moves the offsets past the range. The cost of a restart is the headers written since the announcement.
 
 A job may finish a step without committing (``finish_step(..., commit=False)``): the offsets move in memory and
-the next commit carries them, which is the next step's announcement when data keeps coming (one commit per step
-instead of two) or the commit :meth:`Job.run_once` makes when it finds nothing new. Until then the stored
-checkpoint still announces the finished step: a restart replays it and writes nothing (its batches are found by
-writer id), and another process's ``status()`` counts its records as lag for that long.
+the next commit carries them, which is the next step's announcement while records keep coming (one commit per
+step instead of two), or the commit :meth:`Job.run_once` makes before it returns when no records are waiting. So
+only while records are waiting (a lag anyway) can the stored checkpoint still announce a finished step: a
+restart then replays it and writes nothing (its batches are found by writer id), and another process's
+``status()`` counts its records as lag too.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ class Job:
         self._last_run: JobReport | None = None
         self._constructed = False
         #: a finished step moved the in-memory checkpoint without committing it: the next commit carries it (the
-        #: next step's announcement, or the commit when a run finds nothing new or ends)
+        #: next step's announcement, or the commit run_once makes when no records are waiting)
         self._deferred = False
         check_name("job", name)
         loaded, derived = open_checkpoint(connection, name, self.shard, self.inputs)
@@ -406,6 +406,8 @@ class Job:
                 self._commit_deferred()  # caught up: the last step's checkpoint is committed before returning
                 break
             report = report.combine(step)
+        if self._deferred and not any(self.lag().values()):
+            self._commit_deferred()  # nothing is waiting: no next announcement would carry it soon
         done = JobReport(
             report.steps,
             report.records_read,

@@ -268,6 +268,6 @@ class LookupJoin(Job):
             out = self.enrich(frame.drop("_bucket", "_offset", "_change_type", "_commit_timestamp"))
             written = write_once(self, self.sink, step, out.select(self.sink.schema.names))
         # committed with the next step's announcement (one checkpoint commit per step while records keep coming),
-        # or when a run finds nothing new
+        # or by run_once before it returns when nothing is waiting
         finish_step(self, step, commit=False)
         return JobReport(steps=1, records_read=0 if frame is None else frame.height, rows_appended=written)

@@ -235,13 +235,14 @@ def test_dictionary_table_and_rbm32_count_distinct(dictionary) -> None:
 
 
 def test_a_lookup_join_step_commits_one_checkpoint_while_records_keep_coming(lake) -> None:
-    """Each step's finish rides on the next step's announcement; a run that finds nothing new commits it. A process
-    that dies in between leaves the finished step announced: the restart replays it and writes nothing twice, and
-    until then another process's status() counts its records as lag."""
+    """While records wait, each step's finish rides on the next step's announcement; a run that leaves nothing
+    waiting commits it before returning. A process that dies with records waiting leaves its last step announced:
+    the restart replays it and writes nothing twice, and until then another process's status() counts it as lag."""
     clicks, enriched, users = lake.get_table("d.clicks"), lake.get_table("d.enriched"), lake.get_table("d.users")
 
     def job() -> LookupJoin:
-        return LookupJoin(users, on={"user": "uid"}, columns=["name"], source=clicks, sink=enriched, name="steady")
+        return LookupJoin(users, on={"user": "uid"}, columns=["name"], source=clicks, sink=enriched, name="steady",
+                          batch_rows=6)
 
     def counted(j: LookupJoin) -> list[dict]:
         commits: list[dict] = []
@@ -249,24 +250,27 @@ def test_a_lookup_join_step_commits_one_checkpoint_while_records_keep_coming(lak
         j.checkpoints.commit = lambda checkpoint: commits.append(checkpoint.extra) or real(checkpoint)
         return commits
 
-    j = job()
-    commits = counted(j)
-    sent = []
-    for round_ in range(5):
+    def send(round_: int) -> list[dict]:
         rows = [{"user": (round_ * 7 + i) % 60, "page": f"s{round_}-{i}"} for i in range(6)]
         clicks.append(rows)
-        sent += rows
+        return rows
+
+    j = job()
+    commits = counted(j)
+    sent = [row for round_ in range(5) for row in send(round_)]  # 30 records waiting, steps of 6
+    for _ in range(4):
         assert j.run_once(max_steps=1).steps == 1
-    assert len(commits) == 5 and all("pending" in extra for extra in commits)  # one per step: its announcement
-    assert j.status().lag["source"] == 0  # this process knows its last step is finished
-    assert job().status().lag["source"] == 6  # the stored checkpoint still announces it: its 6 records
-    restarted = job()  # as if the process had died here: the announced step is replayed
+    assert len(commits) == 4 and all("pending" in extra for extra in commits)  # one per step: its announcement
+    assert j.status().lag["source"] == 6  # this process knows its fourth step is finished
+    assert job().status().lag["source"] == 12  # the stored checkpoint still announces it: 6 more
+    restarted = job()  # as if the process had died here: the announced step is replayed, then the last one runs
     commits = counted(restarted)
-    assert restarted.run_once().steps == 1
+    assert restarted.run_once().steps == 2
+    assert len(commits) == 2 and "pending" in commits[0] and "pending" not in commits[1]  # announce 5; finish 5
+    assert job().status().lag["source"] == 0
+    sent += send(5)
+    assert restarted.run_once(max_steps=1).steps == 1  # the step leaves nothing waiting: finished before returning
+    assert len(commits) == 4 and "pending" not in commits[-1] and job().status().lag["source"] == 0
     got = enriched.scan_log().select("user", "page", "name").sort("page")
     want = _want(pl.DataFrame(sent, schema={"user": pl.Int64, "page": pl.String}), users, "left")
     assert got.equals(want.select("user", "page", "name").sort("page"))  # nothing written twice
-    # the run went on until it found nothing new, and committed the finish then: nothing is announced any more
-    assert len(commits) == 1 and "pending" not in commits[-1]
-    assert job().status().lag["source"] == 0
-    assert restarted.run_once().steps == 0 and len(commits) == 1  # nothing left to commit
