@@ -14,15 +14,16 @@ Contenders, each timed from the start of its work to the last shard's end:
 The Ray cluster is a local one on this machine (``ray.init(num_cpus=2)``, started once, untimed); one shard's actor
 asks for both CPUs, each of two shards for one, with the options ``fluss_ray`` gives its actors
 (``fluss_ray.jobs.worker_options``: Ray sets ``OMP_NUM_THREADS``, hence Arrow's thread pool, and fluss_ray
-``POLARS_MAX_THREADS`` to an actor's CPUs). Each actor imports the modules and collects garbage before the clock
-starts (as the plain process has started its interpreter and collects before its clock); the Ray figure is then
-the driver's wall time from submitting the shards to having every shard's result (the plain process's: its
-``run_once``). The plain process imports the core only (no Ray). Figures: result rows/s (result rows / those
-seconds) and the peak anonymous memory (``RssAnon``) of each worker process during its shard (the plain
-process's likewise). The log line of each run also says how much CPU other processes on the machine used
-meanwhile: on a shared 2-core machine two shards need both cores, so other work slows them most. Before the joins, the
-commit rate into one bucket (one writer, 1 and 10,000 rows per commit) on each store: the capacity plan's
-figure (``docs/SCALE-OUT.md``).
+``POLARS_MAX_THREADS`` to an actor's CPUs), and sized as a shard's actor sizes its process
+(``fluss_ray.jobs.fit_memtable_budget``: the memtable budget scaled to the buckets the shard owns). Each actor
+imports the modules and collects garbage before the clock starts (as the plain process has started its interpreter
+and collects before its clock); the Ray figure is then the driver's wall time from submitting the shards to having
+every shard's result (the plain process's: its ``run_once``). The plain process imports the core only (no Ray).
+Figures: result rows/s (result rows / those seconds) and the peak anonymous memory (``RssAnon``) of each worker
+process during its shard (the plain process's likewise). The log line of each run also says how much CPU other
+processes on the machine used meanwhile: on a shared 2-core machine two shards need both cores, so other work slows
+them most. Before the joins, the commit rate into one bucket (one writer, 1 and 10,000 rows per commit) on each
+store: the capacity plan's figure (``docs/SCALE-OUT.md``).
 Goals (the issue): 2 shards >= 1.6x one shard's rows/s; Ray's overhead for one shard <= 10 % of the plain
 process (ratio >= 0.9); memory per shard falls with the shard count.
 
@@ -82,14 +83,16 @@ def _job(conn: fl.Connection, result: str, shard: Any) -> Any:
 
 
 def _shard_run(store: dict[str, Any], result: str, index: int, count: int, root: int, *,
-               collect: bool = True) -> dict[str, Any]:
+               collect: bool = True, worker: bool = False) -> dict[str, Any]:
     """One shard's run in this process: seconds of its run_once, the peak RssAnon while it ran, and the CPU
     seconds other processes than the bench (process `root` and its descendants) used meanwhile.
 
     `collect`: run the garbage collector first (untimed here; a Ray worker did it while warming up, outside the
-    driver's clock). Imports only the core: the plain process never loads Ray (~70 MiB of RssAnon)."""
+    driver's clock). `worker`: size the process for its shard as a shard's actor of ``fluss_ray.start_job`` does
+    (``fit_memtable_budget``: the memtable budget scaled to the buckets it owns). Imports only the core unless
+    `worker`: the plain process never loads Ray (~70 MiB of RssAnon)."""
     from fluss_lake.jobs import Shard
-    from fluss_lake.kv import compactor
+    from fluss_lake.kv import compactor, memtable_budget
 
     if collect:
         gc.collect()
@@ -98,13 +101,18 @@ def _shard_run(store: dict[str, Any], result: str, index: int, count: int, root:
     with RssSampler() as sampler:
         started = time.perf_counter()
         job = _job(conn, result, None if count == 1 else Shard(index, count))
+        if worker:
+            from fluss_ray.jobs import fit_memtable_budget
+
+            fit_memtable_budget(job)
         report = job.run_once()
         compactor.drain()
         seconds = time.perf_counter() - started
     after = _others_cpu(root)
     others_cpu = sum(seconds - others.get(pid, 0.0) for pid, seconds in after.items())  # new processes: all theirs
     return {"seconds": seconds, "peak_anon": sampler.peak, "others_cpu": others_cpu, "records": report.records_read,
-            "upserts": report.rows_upserted, "pid": os.getpid()}
+            "upserts": report.rows_upserted, "steps": report.steps, "memtable_limit": memtable_budget.limit_bytes(),
+            "pid": os.getpid()}
 
 
 def child_plain(payload: dict) -> dict:
@@ -124,7 +132,7 @@ class ShardWorker:
         return os.getpid()
 
     def run(self, store: dict[str, Any], result: str, index: int, count: int, root: int) -> dict[str, Any]:
-        return _shard_run(store, result, index, count, root, collect=False)
+        return _shard_run(store, result, index, count, root, collect=False, worker=True)
 
 
 def _ray_run(store: dict[str, Any], result: str, shards: int) -> dict[str, Any]:
@@ -193,7 +201,8 @@ def _measure(store: dict[str, Any], rows: int, repeats: int) -> dict[str, dict[s
             assert got == rows, (kind, got, rows)
             out[kind]["rows_per_s"].append(got / run["seconds"])
             out[kind]["peak_anon"].append(float(run["peak_anon"]))
-            per = ", ".join(f"{s['seconds']:.2f} s / {fmt_size(s['peak_anon'])}" for s in run.get("shards", [run]))
+            per = ", ".join(f"{s['seconds']:.2f} s / {fmt_size(s['peak_anon'])} / {s.get('steps', '?')} steps / "
+                            f"memtables {fmt_size(s.get('memtable_limit', 0))}" for s in run.get("shards", [run]))
             log(f"  {kind} r{r}: {run['seconds']:.2f} s wall, {got / run['seconds']:,.0f} result rows/s; "
                 f"per shard: {per}; other processes meanwhile: {run['others_cpu']:.1f} CPU s")
     return out

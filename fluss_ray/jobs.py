@@ -33,9 +33,20 @@ from fluss_lake._utils.arguments import check_callable, check_int, check_number,
 from fluss_lake.connection import Connection
 from fluss_lake.exceptions import FlussLakeError, InvalidConfigError, JobStateError
 from fluss_lake.jobs import Job, JobReport, Shard
+from fluss_lake.kv import memtable_budget
 from fluss_ray.store import Store
 
-__all__ = ["JobFactory", "RayJob", "ShardStatus", "run_job_once", "shard_of", "start_job", "worker_options"]
+__all__ = [
+    "JobFactory",
+    "RayJob",
+    "ShardStatus",
+    "fit_memtable_budget",
+    "run_job_once",
+    "shard_of",
+    "shard_share",
+    "start_job",
+    "worker_options",
+]
 
 #: ``make(connection, shard) -> Job``: builds one shard of the job on a worker (``shard`` is None for one shard).
 JobFactory = Callable[[Connection, Shard | None], Job]
@@ -76,17 +87,78 @@ class ShardStatus:
         return sum(self.lag.values())
 
 
+def shard_share(job: Job) -> float:
+    """The fraction of its inputs' buckets a job (shard) owns, weighted by their bucket counts (1 unsharded).
+
+    >>> import tempfile, fluss_lake as fl
+    >>> from fluss_lake.jobs import Aggregation, Shard
+    >>> conn = fl.connect(tempfile.mkdtemp()); conn.create_database("d")
+    >>> _ = conn.create_table("d.ev", schema={"k": "INT", "v": "BIGINT"}, bucket_num=3, bucket_keys=["k"])
+    >>> _ = conn.create_table("d.tot", schema={"k": "INT", "v": "BIGINT"}, primary_key=["k"],
+    ...                       options={"table.merge-engine": "aggregation", "fields.v.agg": "sum"})
+    >>> def agg(shard):
+    ...     return Aggregation(conn.get_table("d.ev"), conn.get_table("d.tot"), group_by=["k"],
+    ...                        aggregates={"v": ("sum", "v")}, shard=shard)
+    >>> shard_share(agg(Shard(0, 2))), shard_share(agg(Shard(1, 2))), shard_share(agg(None))
+    (0.6666666666666666, 0.3333333333333333, 1.0)
+    """
+    shard = job.shard
+    if shard is None:
+        return 1.0
+    owned = total = 0.0
+    for table in job.inputs.values():
+        total += table.bucket_num
+        owned += table.bucket_num * shard.share(None if table.is_partitioned else table.bucket_num)
+    return owned / total if total else 1.0
+
+
+def fit_memtable_budget(job: Job, memtable_bytes: int | None = None) -> int:
+    """Set this process's memtable budget for a worker that runs `job` (one shard) and nothing else; the limit set.
+
+    `memtable_bytes` None: the current limit (16 MiB by default) scaled to the shard's share of its inputs'
+    buckets (:func:`shard_share`, :func:`fluss_lake.kv.memtable_budget.for_share`, at least 4 MiB), so a worker's
+    memtables follow what it owns: a shard of two holds 8 MiB, flushing after as many rows per memtable as the
+    whole job's 16 MiB in one process. A number: exactly that many bytes.
+    """
+    if memtable_bytes is None:
+        share = shard_share(job)
+        limit = memtable_budget.for_share(share) if share > 0 else memtable_budget.MIN_SHARE_LIMIT_BYTES
+    else:
+        limit = check_int("memtable_bytes", memtable_bytes, minimum=1, hint="bytes of memtables per worker process")
+    memtable_budget.set_limit_bytes(limit)
+    return limit
+
+
+#: A shard's actor runs its steps in calls of about this many seconds: each call of ``run_once`` lists the inputs'
+#: log ends and reads the delete keys of the shard's backlog before its first step, and the actor takes a status
+#: snapshot after it, so one call per step would pay both every step. Also about how late :meth:`RayJob.status`
+#: and a stop may be behind the newest step.
+_CALL_SECONDS = 1.0
+#: Steps a call may grow to (doubling from one while each call ends within ``_CALL_SECONDS``).
+_MAX_CALL_STEPS = 64
+
+
 class ShardRunner:
     """The body of a shard's actor: builds the job and runs it in a thread until :meth:`stop`.
 
     Used by :func:`start_job` as a Ray actor; it runs in a plain process too (as the benchmark's peer does).
     """
 
-    def __init__(self, store: Store, make: JobFactory, index: int, count: int, *, poll_interval: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        make: JobFactory,
+        index: int,
+        count: int,
+        *,
+        poll_interval: float,
+        memtable_bytes: int | None = None,
+    ) -> None:
         self._connection = store.connect()
         self._job = make(self._connection, shard_of(index, count))
         if not isinstance(self._job, Job):
             raise InvalidConfigError(f"the job factory returned {self._job!r}: it must return a fluss_lake Job")
+        fit_memtable_budget(self._job, memtable_bytes)  # the actor's process runs this shard only
         self._index, self._count = index, count
         self._poll = poll_interval
         self._restarted = self._was_restarted()
@@ -111,10 +183,11 @@ class ShardRunner:
         return False
 
     def _loop(self) -> None:
+        steps = 1  # per call of run_once: doubled while calls stay short, halved when one runs long
         while not self._stop.is_set():
             started = time.perf_counter()
             try:
-                step = self._job.run_once(max_steps=1)
+                step = self._job.run_once(max_steps=steps)
             except FlussLakeError as exc:
                 if exc.retriable:  # storage briefly away, a conflict: the next step repeats from the checkpoint
                     self._stop.wait(self._poll)
@@ -126,10 +199,17 @@ class ShardRunner:
                 with self._lock:
                     self._error = f"{type(exc).__name__}: {exc}"
                 break
+            elapsed = time.perf_counter() - started
             with self._lock:
                 self._report = self._report.combine(step)
                 if step.steps:
-                    self._busy += time.perf_counter() - started
+                    self._busy += elapsed
+            if elapsed > _CALL_SECONDS:
+                steps = max(steps // 2, 1)
+            elif step.steps == steps:  # a backlog: fewer calls for it
+                steps = min(steps * 2, _MAX_CALL_STEPS)
+            else:  # caught up
+                steps = 1
             snapshot = self._snapshot(running=True)
             with self._lock:
                 self._last = snapshot
@@ -276,6 +356,7 @@ def start_job(
     poll_interval: float = 0.5,
     num_cpus: float = 1.0,
     ray_options: Mapping[str, Any] | None = None,
+    memtable_bytes: int | None = None,
 ) -> RayJob:
     """Run the job's `shards` as Ray actors on the connected cluster (``ray.init(address=...)`` first).
 
@@ -284,10 +365,12 @@ def start_job(
     always); it resumes from the shard's checkpoint. `num_cpus` is what each actor reserves, and the width of
     its Arrow and Polars thread pools (:func:`worker_options`), so give a shard the cores it should use.
     `ray_options` are passed to ``.options()`` of the actors (``resources``, ``scheduling_strategy``...; shards
-    are spread over the nodes by default).
+    are spread over the nodes by default). `memtable_bytes` is each actor's process-wide memtable budget; None
+    scales the default (16 MiB) to the shard's share of its inputs' buckets (:func:`fit_memtable_budget`).
     """
 
     shards = _checked(make, store, shards)
+    memtable_bytes = check_int("memtable_bytes", memtable_bytes, minimum=1, optional=True)
     max_restarts = check_int("max_restarts", max_restarts, minimum=-1, hint="-1 restarts a shard's actor always")
     poll_interval = check_seconds("poll_interval", poll_interval)
     num_cpus = check_cpus(num_cpus)
@@ -304,7 +387,9 @@ def start_job(
     )
     actor_class = ray.remote(ShardRunner)
     actors = [
-        actor_class.options(**options).remote(store, make, i, shards, poll_interval=poll_interval)
+        actor_class.options(**options).remote(
+            store, make, i, shards, poll_interval=poll_interval, memtable_bytes=memtable_bytes
+        )
         for i in range(shards)
     ]
     job = RayJob(name or "", actors, shards)
@@ -313,11 +398,18 @@ def start_job(
     return job
 
 
-def _run_shard_once(store: Store, make: JobFactory, index: int, count: int, max_steps: int | None) -> JobReport:
+def _run_shard_once(
+    store: Store, make: JobFactory, index: int, count: int, max_steps: int | None, memtable_bytes: int | None
+) -> JobReport:
     job = make(store.connect(), shard_of(index, count))
     if not isinstance(job, Job):
         raise InvalidConfigError(f"the job factory returned {job!r}: it must return a fluss_lake Job")
-    return job.run_once(max_steps=max_steps)
+    before = memtable_budget.limit_bytes()  # a shared worker: its budget is given back after the task
+    fit_memtable_budget(job, memtable_bytes)
+    try:
+        return job.run_once(max_steps=max_steps)
+    finally:
+        memtable_budget.set_limit_bytes(before)
 
 
 def run_job_once(
@@ -329,13 +421,16 @@ def run_job_once(
     max_retries: int = 3,
     num_cpus: float = 1.0,
     ray_options: Mapping[str, Any] | None = None,
+    memtable_bytes: int | None = None,
 ) -> list[JobReport]:
     """Process what the job's inputs hold now, each shard as one Ray task; one report per shard.
 
-    A task that dies is retried (`max_retries`) and repeats from the shard's checkpoint.
+    A task that dies is retried (`max_retries`) and repeats from the shard's checkpoint. `memtable_bytes`: the
+    memtable budget of a task's worker while it runs (None: scaled to the shard's share, as :func:`start_job`).
     """
 
     shards = _checked(make, store, shards)
+    memtable_bytes = check_int("memtable_bytes", memtable_bytes, minimum=1, optional=True)
     max_retries = check_int("max_retries", max_retries, minimum=0, hint="times a shard's task is run again")
     max_steps = check_int("max_steps", max_steps, minimum=0, optional=True)
     num_cpus = check_cpus(num_cpus)
@@ -344,7 +439,7 @@ def run_job_once(
     task = ray.remote(_run_shard_once).options(
         **{"max_retries": max_retries, "num_cpus": num_cpus, "scheduling_strategy": "SPREAD", **dict(ray_options or {})}
     )
-    return list(ray.get([task.remote(store, make, i, shards, max_steps) for i in range(shards)]))
+    return list(ray.get([task.remote(store, make, i, shards, max_steps, memtable_bytes) for i in range(shards)]))
 
 
 def shard_statuses(statuses: Sequence[ShardStatus]) -> list[dict[str, Any]]:

@@ -63,6 +63,20 @@ class Shard:
             check_int("bucket", bucket, minimum=0, hint="a bucket number")
         return owner(partition, bucket, self.count) == self.index
 
+    def share(self, bucket_num: int | None = None) -> float:
+        """The fraction of a table's buckets this shard owns: of the `bucket_num` buckets of an unpartitioned table,
+        or (None) on average over a partitioned table's partitions, whose buckets start at different shards:
+        ``1 / count``.
+
+        >>> from fluss_lake.jobs import Shard
+        >>> [Shard(i, 3).share(4) for i in range(3)], Shard(0, 2).share()
+        ([0.5, 0.25, 0.25], 0.5)
+        """
+        if bucket_num is None:
+            return 1.0 / self.count
+        bucket_num = check_int("bucket_num", bucket_num, minimum=1, hint="a table's bucket count")
+        return sum(owner(None, b, self.count) == self.index for b in range(bucket_num)) / bucket_num
+
     @classmethod
     def all(cls, count: int) -> list[Shard]:
         """Every shard of a job split into `count`: ``[Shard(0, count), ..., Shard(count - 1, count)]``."""

@@ -25,7 +25,15 @@ from typing import Protocol
 
 from fluss_lake.exceptions import InvalidConfigError
 
-__all__ = ["DEFAULT_LIMIT_BYTES", "MemtableOwner", "limit_bytes", "set_limit_bytes", "total_bytes"]
+__all__ = [
+    "DEFAULT_LIMIT_BYTES",
+    "MIN_SHARE_LIMIT_BYTES",
+    "MemtableOwner",
+    "for_share",
+    "limit_bytes",
+    "set_limit_bytes",
+    "total_bytes",
+]
 
 
 class MemtableOwner(Protocol):
@@ -50,6 +58,10 @@ class MemtableOwner(Protocol):
 #: Default budget: 16 MiB of memtables for the whole process (about 250k rows of a 6-column table).
 DEFAULT_LIMIT_BYTES = 16 << 20
 
+#: The smallest budget :func:`for_share` scales a process's budget down to (smaller memtables flush more, smaller
+#: segments, more compaction).
+MIN_SHARE_LIMIT_BYTES = 4 << 20
+
 _limit = DEFAULT_LIMIT_BYTES
 _stores: weakref.WeakSet[MemtableOwner] = weakref.WeakSet()
 _registry_lock = threading.Lock()
@@ -66,6 +78,26 @@ def set_limit_bytes(limit: int) -> None:
     if limit <= 0:
         raise InvalidConfigError(f"memtable budget {limit} bytes: must be positive")
     _limit = int(limit)
+
+
+def for_share(share: float, *, base: int | None = None) -> int:
+    """The budget for a process doing `share` (0 < share <= 1) of a job's work, e.g. a shard owning half of its
+    inputs' buckets: `base` (default: the current limit) times `share`, at least ``MIN_SHARE_LIMIT_BYTES`` and at
+    most `base`. Such a process writes that share of the rows, so its memtables flush after as many rows each as
+    the whole job's would in one process, and its memory follows what it owns.
+
+    >>> from fluss_lake.kv import memtable_budget
+    >>> memtable_budget.for_share(0.5, base=16 << 20) >> 20, memtable_budget.for_share(0.1, base=16 << 20) >> 20
+    (8, 4)
+    >>> memtable_budget.for_share(1.0, base=2 << 20) >> 20
+    2
+    """
+    base = _limit if base is None else base
+    if not 0 < share <= 1:
+        raise InvalidConfigError(f"memtable budget share {share!r}: must be in (0, 1] (the fraction of the work)")
+    if base <= 0:
+        raise InvalidConfigError(f"memtable budget {base} bytes: must be positive")
+    return int(min(base, max(MIN_SHARE_LIMIT_BYTES, round(base * share))))
 
 
 def register(store: MemtableOwner) -> None:
