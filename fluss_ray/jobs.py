@@ -141,7 +141,9 @@ _MAX_CALL_STEPS = 64
 class ShardRunner:
     """The body of a shard's actor: builds the job and runs it in a thread until :meth:`stop`.
 
-    Used by :func:`start_job` as a Ray actor; it runs in a plain process too (as the benchmark's peer does).
+    Used by :func:`start_job` as a Ray actor (``own_process=True``: the process's memtable budget is sized to the
+    shard, :func:`fit_memtable_budget`); it runs in a plain process too, several in one (``fluss-lake jobs run``
+    without ``--ray``), leaving the process's budget as it is.
     """
 
     def __init__(
@@ -152,13 +154,15 @@ class ShardRunner:
         count: int,
         *,
         poll_interval: float,
+        own_process: bool = False,
         memtable_bytes: int | None = None,
     ) -> None:
         self._connection = store.connect()
         self._job = make(self._connection, shard_of(index, count))
         if not isinstance(self._job, Job):
             raise InvalidConfigError(f"the job factory returned {self._job!r}: it must return a fluss_lake Job")
-        fit_memtable_budget(self._job, memtable_bytes)  # the actor's process runs this shard only
+        if own_process:  # an actor: its process runs this shard only (runners in one process keep its budget)
+            fit_memtable_budget(self._job, memtable_bytes)
         self._index, self._count = index, count
         self._poll = poll_interval
         self._restarted = self._was_restarted()
@@ -388,7 +392,7 @@ def start_job(
     actor_class = ray.remote(ShardRunner)
     actors = [
         actor_class.options(**options).remote(
-            store, make, i, shards, poll_interval=poll_interval, memtable_bytes=memtable_bytes
+            store, make, i, shards, poll_interval=poll_interval, own_process=True, memtable_bytes=memtable_bytes
         )
         for i in range(shards)
     ]

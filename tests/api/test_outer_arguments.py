@@ -66,6 +66,10 @@ ROWS: dict[tuple[str, str], tuple[Callable[[Any], object], tuple[Any, ...], tupl
         lambda v: fluss_ray.start_job(_make, store=_store(), poll_interval=v), SECONDS, (0.1, 2)),
     ("fluss_ray.start_job", "num_cpus"): (
         lambda v: fluss_ray.start_job(_make, store=_store(), num_cpus=v), CPUS, (0, 0.5, 2)),
+    ("fluss_ray.start_job", "memtable_bytes"): (
+        lambda v: fluss_ray.start_job(_make, store=_store(), memtable_bytes=v), COUNT, (None, 1 << 20)),
+    ("fluss_ray.run_job_once", "memtable_bytes"): (
+        lambda v: fluss_ray.run_job_once(_make, store=_store(), memtable_bytes=v), COUNT, (None, 8 << 20)),
     ("fluss_ray.run_job_once", "shards"): (
         lambda v: fluss_ray.run_job_once(_make, store=_store(), shards=v), COUNT, (1, 2)),
     ("fluss_ray.run_job_once", "max_steps"): (

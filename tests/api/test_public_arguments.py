@@ -180,6 +180,7 @@ ARGS: dict[tuple[str, str], Arg] = {
     ("fluss_lake.Shard.__init__", "count"): Arg(lambda e, v: fl.Shard(0, v), COUNT, (1, 4), match="Shard"),
     ("fluss_lake.Shard.all", "count"): Arg(lambda e, v: fl.Shard.all(v), COUNT, (1, 3)),
     ("fluss_lake.Shard.owns", "bucket"): Arg(lambda e, v: fl.Shard(0, 2).owns(None, v), NON_NEGATIVE, (0, 5)),
+    ("fluss_lake.Shard.share", "bucket_num"): Arg(lambda e, v: fl.Shard(0, 2).share(v), COUNT, (None, 1, 4)),
     # lookup caches and joins without a source
     ("fluss_lake.jobs.LookupCache.__init__", "max_rows"): Arg(lambda e, v: LookupCache(max_rows=v), (True, 1.5),
                                                               (1,)),

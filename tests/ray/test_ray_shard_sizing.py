@@ -73,6 +73,12 @@ def test_a_shards_memtable_budget_follows_the_buckets_it_owns(tmp_path):
     assert shard_share(job(Shard(7, 8))) == 0.0  # more shards than buckets: an idle shard
     assert fit_memtable_budget(job(Shard(7, 8))) == memtable_budget.MIN_SHARE_LIMIT_BYTES
     assert fit_memtable_budget(job(Shard(0, 2)), 3 * _MIB) == 3 * _MIB  # asked for: exactly that
+    store = Store(str(tmp_path))
+    memtable_budget.set_limit_bytes(default)
+    ShardRunner(store, make_join, 0, 2, poll_interval=0.01).stop()  # shards as threads of one process: kept
+    assert memtable_budget.limit_bytes() == default
+    ShardRunner(store, make_join, 0, 2, poll_interval=0.01, own_process=True).stop()  # an actor's process: sized
+    assert memtable_budget.limit_bytes() == default // 2
     with pytest.raises(InvalidConfigError, match="memtable_bytes"):
         fit_memtable_budget(job(Shard(0, 2)), 0)
     with pytest.raises(InvalidConfigError, match="share"):
