@@ -70,12 +70,14 @@ def _setup(store: dict[str, Any], rows: int, seed: int = 7) -> None:
     fill_inputs(_connect(store), rows, seed, BUCKETS)
 
 
-def _job(conn: fl.Connection, result: str, shard: Any) -> Any:
+def _job(conn: fl.Connection, result: str, shard: Any, bucket_keys: list[str] | None = None) -> Any:
+    """The job; its result table bucketed by `bucket_keys` (None: its primary key, as in rounds 1-3)."""
     from fluss_lake.jobs import DeltaJoin, Join
 
     conn.create_table(f"bench.{result}", schema={"cid": "BIGINT", "oid": "BIGINT", "amount": "DOUBLE",
                                                  "note": "STRING", "name": "STRING", "tier": "INT"},
-                      primary_key=["cid", "oid"], bucket_num=BUCKETS, ignore_if_exists=True)
+                      primary_key=["cid", "oid"], bucket_num=BUCKETS, ignore_if_exists=True,
+                      **({"bucket_keys": bucket_keys} if bucket_keys else {}))
     extra = {} if shard is None else {"shard": shard}
     return DeltaJoin(conn.get_table(f"bench.{result}"), {"o": conn.get_table("bench.orders"),
                                                          "c": conn.get_table("bench.customers")},
@@ -100,7 +102,7 @@ def _shard_run(store: dict[str, Any], result: str, index: int, count: int, root:
     others = _others_cpu(root)
     with RssSampler() as sampler:
         started = time.perf_counter()
-        job = _job(conn, result, None if count == 1 else Shard(index, count))
+        job = _job(conn, result, None if count == 1 else Shard(index, count), store.get("result_bucket_keys"))
         if worker:
             from fluss_ray.jobs import fit_memtable_budget
 
@@ -262,6 +264,9 @@ def _stores(args: argparse.Namespace) -> list[tuple[str, dict[str, Any], Any]]:
 
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-s3", action="store_true", help="only local disk (no moto S3 server)")
+    parser.add_argument("--result-bucket-key", default=None,
+                        help="bucket the result table by this column (e.g. cid, the join key the inputs are bucketed "
+                        "by: each shard then writes only its own result buckets); default: by its primary key")
     parser.add_argument("--s3-rows", type=int, default=None,
                         help="rows per side on moto S3 (default: --rows; moto serves every request from one Python "
                         "process, so 1M rows there take minutes per contender)")
@@ -277,6 +282,8 @@ def main(argv: list[str] | None = None) -> None:
     _start_ray()
     try:
         for where, store, server in _stores(args):
+            if args.result_bucket_key:
+                store["result_bucket_keys"] = [args.result_bucket_key]
             rows = args.s3_rows if where == "moto S3" and args.s3_rows else args.rows
             log(f"setup on {where}: {rows:,} rows per side")
             for per_commit in (1, 10_000):  # the capacity plan's commit figures (docs/SCALE-OUT.md)
@@ -289,6 +296,8 @@ def main(argv: list[str] | None = None) -> None:
             if server is not None:
                 server.stop()
             label = f"delta join orders LEFT JOIN customers, {rows:,} rows per side, {where}"
+            if args.result_bucket_key:
+                label += f", result bucketed by {args.result_bucket_key}"
             plain, ray1, ray2 = (median(m[k]["rows_per_s"]) for k in ("plain", "ray1", "ray2"))
             mem = {k: median(m[k]["peak_anon"]) for k in ("plain", "ray1", "ray2")}
             reporter.add(Result(BENCH, f"{label}: Ray 1 shard, result rows/s", "rows_per_s", ray1,

@@ -1,10 +1,8 @@
 """A shard's worker process sized to what the shard owns, in a plain process (no cluster needed): the memtable
-budget scaled to its share of the inputs' buckets, and a shard's actor taking a backlog in few ``run_once``
-calls (each call lists the log ends and reads the backlog's delete keys before its first step)."""
+budget scaled to its share of the buckets when it writes only its own result buckets, kept otherwise."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +14,7 @@ from fluss_lake.exceptions import InvalidConfigError
 from fluss_lake.jobs import DeltaJoin, Join, Shard
 from fluss_lake.kv import memtable_budget
 from fluss_ray import Store
-from fluss_ray.jobs import ShardRunner, _run_shard_once, fit_memtable_budget, shard_share
+from fluss_ray.jobs import ShardRunner, _run_shard_once, fit_memtable_budget, shard_share, writes_own_buckets
 
 _MIB = 1 << 20
 
@@ -36,8 +34,10 @@ def _inputs(path: str, *, buckets: int = 4, rows: int = 0) -> fl.Connection:
                       primary_key=["cid", "oid"], bucket_keys=["cid"], bucket_num=buckets)
     conn.create_table("d.customers", schema={"cid": "BIGINT", "name": "STRING"}, primary_key=["cid"],
                       bucket_num=buckets)
-    conn.create_table("d.view", schema={"cid": "BIGINT", "oid": "BIGINT", "amount": "DOUBLE", "name": "STRING"},
-                      primary_key=["cid", "oid"], bucket_num=buckets)
+    view = {"cid": "BIGINT", "oid": "BIGINT", "amount": "DOUBLE", "name": "STRING"}
+    # bucketed by the join key as the inputs: each shard writes its own buckets; by the whole key: every bucket
+    conn.create_table("d.view", schema=view, primary_key=["cid", "oid"], bucket_keys=["cid"], bucket_num=buckets)
+    conn.create_table("d.view_by_key", schema=view, primary_key=["cid", "oid"], bucket_num=buckets)
     if rows:
         for start in range(0, rows, 100):  # a changelog of many small batches: the job's backlog
             ids = list(range(start, start + 100))
@@ -48,8 +48,8 @@ def _inputs(path: str, *, buckets: int = 4, rows: int = 0) -> fl.Connection:
     return conn
 
 
-def make_join(connection: fl.Connection, shard: Any, name: str = "view") -> DeltaJoin:
-    return DeltaJoin(connection.get_table("d.view"),
+def make_join(connection: fl.Connection, shard: Any, name: str = "view", result: str = "d.view") -> DeltaJoin:
+    return DeltaJoin(connection.get_table(result),
                      {"o": connection.get_table("d.orders"), "c": connection.get_table("d.customers")},
                      [Join("o", "c", ["cid"], how="left")], batch_rows=50, shard=shard, name=name)
 
@@ -73,6 +73,11 @@ def test_a_shards_memtable_budget_follows_the_buckets_it_owns(tmp_path):
     assert shard_share(job(Shard(7, 8))) == 0.0  # more shards than buckets: an idle shard
     assert fit_memtable_budget(job(Shard(7, 8))) == memtable_budget.MIN_SHARE_LIMIT_BYTES
     assert fit_memtable_budget(job(Shard(0, 2)), 3 * _MIB) == 3 * _MIB  # asked for: exactly that
+    memtable_budget.set_limit_bytes(default)
+    by_key = make_join(conn, Shard(0, 2), name="by-key", result="d.view_by_key")
+    assert writes_own_buckets(job(Shard(0, 2))) and not writes_own_buckets(by_key)
+    assert not writes_own_buckets(job(None))
+    assert fit_memtable_budget(by_key) == default  # it writes every result bucket, as the whole job: kept
     store = Store(str(tmp_path))
     memtable_budget.set_limit_bytes(default)
     ShardRunner(store, make_join, 0, 2, poll_interval=0.01).stop()  # shards as threads of one process: kept
@@ -105,46 +110,3 @@ def test_a_shard_task_runs_with_its_share_and_gives_the_workers_budget_back(tmp_
     assert seen == [6 * _MIB, 6 * _MIB]  # half of the worker's budget while each shard ran
     assert memtable_budget.limit_bytes() == 12 * _MIB
     assert sum(r.records_read for r in reports) == 300 + 19
-
-
-def test_a_shards_actor_takes_a_backlog_in_few_calls_and_still_follows_new_records(tmp_path, monkeypatch):
-    monkeypatch.setattr("fluss_ray.jobs._CALL_SECONDS", 600.0)  # no call counts as long here: counts, not timing
-    conn = _inputs(str(tmp_path), rows=4000)
-    calls: list[int] = []
-
-    def make(connection: fl.Connection, shard: Any) -> DeltaJoin:
-        job = make_join(connection, shard)
-        run_once = job.run_once
-
-        def counted(*, max_steps: int | None = None) -> Any:
-            report = run_once(max_steps=max_steps)
-            if report.steps:
-                calls.append(report.steps)
-            return report
-
-        job.run_once = counted  # type: ignore[method-assign]
-        return job
-
-    runner = ShardRunner(Store(str(tmp_path)), make, 0, 1, poll_interval=0.01)
-    try:
-        deadline = time.monotonic() + 60
-        while runner.status().total_lag or not runner.status().steps:
-            assert time.monotonic() < deadline, runner.status()
-            time.sleep(0.01)
-        status = runner.status()
-        assert status.error is None
-        assert status.steps == sum(calls) >= 4000 // 50  # one step per 50 records of orders at most
-        assert calls[:6] == [1, 2, 4, 8, 16, 32], calls  # a call's steps double while a backlog lasts
-        assert len(calls) <= 7, calls
-        conn.get_table("d.orders").upsert(pl.DataFrame({"cid": [1], "oid": [99_999], "amount": [1.0]}))
-        while runner.status().total_lag or runner.status().steps == status.steps:
-            assert time.monotonic() < deadline, runner.status()
-            time.sleep(0.01)
-    finally:
-        final = runner.stop()
-    assert final.error is None and not final.running
-    view = conn.get_table("d.view").to_polars()
-    orders = conn.get_table("d.orders").to_polars()
-    expected = orders.join(conn.get_table("d.customers").to_polars(), on="cid", how="left")
-    assert view.height == orders.height == 4001
-    assert view.sort("oid").select(expected.columns).equals(expected.sort("oid"))
