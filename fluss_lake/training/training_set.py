@@ -386,28 +386,32 @@ class _BucketPasses:
 
 def _run_passes(views: list[_BucketPasses]) -> None:
     """Every view's passes, one range after the other across the views: the next range (of this view or the
-    next) is read while the current one is joined, so two ranges are in memory at most and no view waits for
-    its first read."""
+    next) is read while the current one is joined (the join in a thread: the as-of kernel and Polars both release
+    the interpreter lock), so two ranges are in memory at most and no view waits for its first read."""
     tasks = [(v, c) for v in views for c in range(len(v.reads))]  # a handful per view, not per row
     k = 0
     right = tasks[0][0].reads[0].collect(engine="in-memory") if tasks else None
-    while k < len(tasks):
-        view = tasks[k][0]
-        nxt = next((j for j in range(k + 1, len(tasks)) if not tasks[j][0].failed), None)
-        joined = view.join(right)  # type: ignore[arg-type]
-        if nxt is not None:
-            piece, right = pl.collect_all([joined, tasks[nxt][0].reads[tasks[nxt][1]]], engine="in-memory")
-        else:
-            piece = joined.collect(engine="in-memory")
-        view.add(piece)
-        if view.failed:  # skip its other ranges; a range of it read ahead is read again below if it is next
-            rest = [j for j in range(k + 1, len(tasks)) if not tasks[j][0].failed]
-            if nxt is not None and rest and rest[0] != nxt:
-                right = tasks[rest[0]][0].reads[tasks[rest[0]][1]].collect(engine="in-memory")
-            nxt = rest[0] if rest else None
-        if nxt is None:
-            break
-        k = nxt
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        while k < len(tasks):
+            view = tasks[k][0]
+            nxt = next((j for j in range(k + 1, len(tasks)) if not tasks[j][0].failed), None)
+            joining = pool.submit(_joined, view, right)  # type: ignore[arg-type]
+            if nxt is not None:
+                right = tasks[nxt][0].reads[tasks[nxt][1]].collect(engine="in-memory")
+            view.add(joining.result())
+            if view.failed:  # skip its other ranges; a range of it read ahead is read again below if it is next
+                rest = [j for j in range(k + 1, len(tasks)) if not tasks[j][0].failed]
+                if nxt is not None and rest and rest[0] != nxt:
+                    right = tasks[rest[0]][0].reads[tasks[rest[0]][1]].collect(engine="in-memory")
+                nxt = rest[0] if rest else None
+            if nxt is None:
+                break
+            k = nxt
+
+
+def _joined(view: _BucketPasses, right: pl.DataFrame) -> pl.DataFrame:
+    """One range of a view joined (run in a thread beside the next range's read)."""
+    return view.join(right).collect(engine="in-memory")
 
 
 def _with_key_in(left: pl.DataFrame, right: pl.DataFrame, spec: _Spec) -> pl.LazyFrame:
