@@ -26,6 +26,7 @@ from fluss_lake.keys.hashing import (
     KeyBytes,
     check_num_buckets,
     fluss_murmur_bucket,
+    fluss_varint_bucket,
     hash64,
     iceberg_bucket,
 )
@@ -265,12 +266,27 @@ def buckets_of(info: TableInfo, frame: pl.DataFrame) -> npt.NDArray[np.int32]:
     """
     if info.bucket_num == 1:
         return np.zeros(frame.height, dtype=np.int32)
+    if len(info.bucket_keys) == 1:  # one BIGINT/INT key of Fluss's bucketing: hashed from the values (lookups)
+        column = frame.get_column(info.bucket_keys[0])
+        if column.dtype in _VARINT_KEYS and not column.has_nulls() and _fluss_bucketed(info):
+            values = column.to_numpy()
+            unsigned = values.view(np.uint64) if column.dtype == pl.Int64 else values.view(np.uint32)
+            return fluss_varint_bucket(unsigned, info.bucket_num)
     return assign_buckets(
         [frame.get_column(k).to_arrow() for k in info.bucket_keys],
         info.bucket_num,
         lake_format=info.options.get(DATALAKE_FORMAT),
         names=list(info.bucket_keys),
     )
+
+
+_VARINT_KEYS = (pl.Int64, pl.Int32)  # compacted as one LEB128 varint of the two's complement
+
+
+def _fluss_bucketed(info: TableInfo) -> bool:
+    """Whether the table's lake format buckets with Fluss's murmur (no lake format, ``fluss`` or ``lance``)."""
+    lake_format = info.options.get(DATALAKE_FORMAT)
+    return lake_format is None or str(lake_format).strip().lower() in ("fluss", "lance")
 
 
 def check_bucket_key_types(descriptor: TableDescriptor) -> None:

@@ -11,6 +11,7 @@ and a prefix lookup is a range read (:meth:`StateReader.range_rows`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -230,6 +231,11 @@ class StateReader:
         handle use one Arrow ``take`` per segment plus one to put them in query order. Every involved segment
         has every column.
         """
+        plan = _plan_of(self.segments, self.schema, self.primary_key)
+        if plan is not None:
+            fast = plan.gather_found(seg_of, row_of, order, keys)
+            if fast is not None:
+                return fast
         n = len(seg_of)
         pk = self.primary_key
         segments = self.segments
@@ -439,19 +445,146 @@ def lookup_buckets(
     The caller holds every reader's lock.
     """
     first = readers[0]
-    if any(r.schema != first.schema or r.primary_key != first.primary_key for r in readers[1:]):
+    if any(not _same_schema(r.schema, first.schema) or r.primary_key != first.primary_key for r in readers[1:]):
         return None
     n = len(hashes)
     seg_of = np.full(n, -1, dtype=np.int64)
     row_of = np.zeros(n, dtype=np.int64)
+    queries = np.ascontiguousarray(hashes, dtype=np.uint64)
     orders = []
     segments: list[Segment] = []
-    for reader, where in zip(readers, positions, strict=True):
-        seg, row, order = reader._probe_all(hashes[where])
-        seg_of[where] = np.where(seg >= 0, seg + len(segments), -1)
-        row_of[where] = row
-        orders.append(where[order])
+    for reader, where in zip(readers, positions, strict=True):  # each bucket's segments numbered after the last's
+        visit = np.asarray(where, dtype=np.int64)
+        if len(visit) > 64:  # read each segment roughly in file order (as _probe_all does)
+            local = np.empty(len(visit), dtype=np.int64)
+            _kernels.radix_order(queries[visit], min(max(len(visit).bit_length(), 8), 16), local)
+            visit = visit[local]
+        orders.append(visit)
+        pending = visit.copy()  # probes compact the missing queries to its front
+        for number, segment in enumerate(reader.segments, start=len(segments)):
+            if pending.size == 0:
+                break
+            if segment.rows:
+                pending = pending[: segment.probe(queries, pending, seg_of, row_of, number)]
         segments.extend(reader.segments)
     combined = StateReader()
     combined.segments, combined.schema, combined.primary_key = segments, first.schema, first.primary_key
     return combined._resolve(hashes, keys, seg_of, row_of, np.concatenate(orders), with_offsets=with_offsets)
+
+
+_SAME: dict[tuple[int, int], tuple[pl.Schema, pl.Schema, bool]] = {}
+
+
+def _same_schema(a: pl.Schema, b: pl.Schema) -> bool:
+    """``a == b``, remembered per pair of schema objects (a Polars schema comparison costs microseconds per
+    column, and a lookup over several buckets compares the same pairs on every call)."""
+    if a is b:
+        return True
+    key = (id(a), id(b))
+    known = _SAME.get(key)
+    if known is not None and known[0] is a and known[1] is b:
+        return known[2]
+    if len(_SAME) >= 256:
+        _SAME.clear()
+    equal = a == b
+    _SAME[key] = (a, b, equal)
+    return equal
+
+
+class _GatherPlan:
+    """What a gather over one list of segments needs of each column, worked out once for that list: the buffer
+    addresses per segment, the output type, whether any segment holds nulls (segments are immutable, so the
+    addresses stay valid while the plan holds the segments). A batch lookup then pays one compiled gather per
+    column and no Python per segment."""
+
+    def __init__(self, segments: tuple[Segment, ...], schema: pl.Schema, primary_key: tuple[str, ...]) -> None:
+        self.segments = segments
+        self.schema = schema
+        self.primary_key = primary_key
+        slots = len(segments)
+        self.tomb_views = [s.tomb.view(np.uint8) for s in segments]
+        self.tomb_addresses = np.array(
+            [v.ctypes.data if len(v) else 0 for v in self.tomb_views], dtype=np.uint64
+        ).reshape(slots)
+        self.key_columns: dict[str, tuple[np.dtype, np.ndarray]] | None = {}
+        for name in primary_key:
+            found = [s.numpy_columns().get(name) for s in segments]
+            views = [v for v in found if v is not None]
+            dtypes = {v.dtype for v in views}
+            if len(views) < slots or len(dtypes) != 1 or next(iter(dtypes)).kind not in "iu":
+                self.key_columns = None
+                break
+            addresses = np.array([v.ctypes.data if len(v) else 0 for v in views], dtype=np.uint64).reshape(slots)
+            self.key_columns[name] = (dtypes.pop(), addresses)
+        self.columns: list[tuple[str, Any]] | None = []
+        for name in schema.names():
+            arrays = [s.columns().get(name) for s in segments]
+            present = [a for a in arrays if a is not None]
+            column = row_gather.ColumnPlan.of(present) if len(present) == slots else None
+            if column is None:
+                self.columns = None
+                break
+            self.columns.append((name, column))
+
+    def matches(self, segments: Sequence[Segment], schema: pl.Schema, primary_key: tuple[str, ...]) -> bool:
+        return (
+            schema is self.schema
+            and primary_key == self.primary_key
+            and len(segments) == len(self.segments)
+            and all(a is b for a, b in zip(segments, self.segments, strict=True))
+        )
+
+    def gather_found(
+        self, seg_of: np.ndarray, row_of: np.ndarray, order: np.ndarray, keys: pl.DataFrame
+    ) -> tuple[np.ndarray, pl.DataFrame, np.ndarray] | None:
+        """:meth:`StateReader._gather_found` from the plan (None: its key columns do not allow it)."""
+        if self.key_columns is None or self.columns is None:
+            return None
+        key_values = {}
+        for name, (dtype, _) in self.key_columns.items():
+            column = keys.get_column(name)
+            if not column.dtype.is_integer():
+                return None
+            values = column.to_numpy()
+            if values.dtype != dtype:
+                return None
+            key_values[name] = values
+        n = len(seg_of)
+        tomb = np.empty(n, dtype=np.uint8)
+        _kernels.gather_fixed(seg_of, row_of, order, self.tomb_addresses, 1, tomb)
+        same = np.ones(n, dtype=bool)
+        for name, (dtype, addresses) in self.key_columns.items():
+            stored = np.empty(n, dtype=dtype)
+            _kernels.gather_fixed(seg_of, row_of, order, addresses, stored.dtype.itemsize, stored.view(np.uint8))
+            same &= stored == key_values[name]
+        hit = seg_of >= 0
+        found = hit & same & ~tomb.view(np.bool_)
+        mismatch = np.flatnonzero(hit & ~same)
+        all_found = bool(found.all())
+        live = seg_of if all_found else np.where(found, seg_of, -1)
+        absent = None if all_found else ~found
+        series = []
+        for name, column in self.columns:
+            query_keys = key_values.get(name)
+            if query_keys is not None:  # a found row's key is the query's
+                series.append(pl.Series(name, pa.array(query_keys, mask=absent)))
+            else:
+                series.append(pl.Series(name, column.gather(live, row_of, order, found, all_found)))
+        return found, series[0].to_frame().hstack(series[1:]), mismatch
+
+
+_PLANS: dict[tuple[int, ...], _GatherPlan] = {}
+
+
+def _plan_of(segments: Sequence[Segment], schema: pl.Schema, primary_key: tuple[str, ...]) -> _GatherPlan | None:
+    """The gather plan of these segments (made on first use, kept for the last few lists of segments)."""
+    if not segments:
+        return None
+    key = tuple(map(id, segments))
+    plan = _PLANS.get(key)
+    if plan is not None and plan.matches(segments, schema, primary_key):
+        return plan
+    if len(_PLANS) >= 64:  # a bucket's segments change with writes: forget old lists
+        _PLANS.clear()
+    plan = _PLANS[key] = _GatherPlan(tuple(segments), schema, primary_key)
+    return plan

@@ -81,12 +81,14 @@ def _bucket_positions(buckets: np.ndarray) -> dict[int, np.ndarray | None]:
     """Positions of the keys of each bucket, in key order (None: every key is in that one bucket)."""
     if buckets.size == 0:
         return {}
-    if buckets.min() == buckets.max():
-        return {int(buckets[0]): None}
+    counts = np.bincount(buckets)
+    present = np.flatnonzero(counts).tolist()
+    if len(present) == 1:
+        return {present[0]: None}
     order = np.argsort(buckets, kind="stable")
-    ordered = buckets[order]
-    cuts = np.flatnonzero(ordered[1:] != ordered[:-1]) + 1
-    return {int(ordered[start]): part for start, part in zip(np.r_[0, cuts], np.split(order, cuts), strict=True)}
+    sizes = counts.tolist()
+    ends = np.cumsum(counts).tolist()
+    return {b: order[ends[b] - sizes[b] : ends[b]] for b in present}
 
 
 def _by_partition(

@@ -62,6 +62,28 @@ def test_gather_equals_arrow_indexing(case) -> None:
     assert out.type in (kind, pa.large_string(), pa.large_binary())
 
 
+@settings(max_examples=200, deadline=None)
+@given(segments_and_queries(), st.booleans())
+def test_a_column_plan_gathers_what_the_per_call_gather_does(case, all_segments) -> None:
+    """The plan made once for a list of segments (every segment's buffers, nulls anywhere) gives, call after call,
+    exactly the per-call gather's array, whichever segments the queries touch."""
+    kind, arrays, seg_of, row_of, order = case
+    found = seg_of >= 0
+    involved = list(range(len(arrays))) if all_segments else sorted({int(s) for s in seg_of if s >= 0}) or [0]
+    plan = row_gather.ColumnPlan.of(arrays)
+    assert plan is not None
+    want = row_gather.gather_column(arrays, involved, seg_of, row_of, order, found, bool(found.all()))
+    for _ in range(2):  # the plan is reused, not consumed
+        got = plan.gather(seg_of, row_of, order, found, bool(found.all()))
+        assert got.type == want.type and got.to_pylist() == want.to_pylist()
+
+
+def test_a_column_plan_declines_what_the_gather_declines() -> None:
+    assert row_gather.ColumnPlan.of([pa.array([True, False])]) is None
+    assert row_gather.ColumnPlan.of([pa.array([1], pa.int32()), pa.array([1], pa.int64())]) is None
+    assert row_gather.ColumnPlan.of([pa.array([1], pa.int64()), pa.array([], pa.int64())]) is not None
+
+
 def test_declines_other_types_and_mixed_types() -> None:
     seg_of, row_of, order = np.zeros(2, np.int64), np.array([0, 1], np.int64), np.arange(2, dtype=np.int64)
     found = np.ones(2, bool)

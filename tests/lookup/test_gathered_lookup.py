@@ -69,6 +69,54 @@ def test_a_lookup_over_buckets_equals_each_bucket_on_its_own(tmp_path_factory, s
         assert_frame_equal(table.lookup(keys, **options), _per_bucket(table, keys, **options))
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["upsert", "delete", "snapshot", "add_column"]),
+            st.lists(st.integers(0, 60), min_size=1, max_size=25, unique=True),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    probe=st.lists(st.integers(-5, 70), min_size=1, max_size=40),
+    buckets=st.sampled_from([1, BUCKETS]),
+)
+def test_lookups_through_the_cached_gather_plan_equal_those_without(tmp_path_factory, steps, probe, buckets):
+    """The gather plan kept per list of segments (buffer addresses worked out once) gives exactly the per-call
+    gather's rows: nulls, INT and STRING columns, tombstones, files and memtable, added columns, offsets, and
+    after every write (new segments, a new plan)."""
+    import fluss_lake.kv.state_reader as state_reader
+
+    conn = fl.connect(str(tmp_path_factory.mktemp("store")))
+    conn.create_database("d")
+    conn.create_table("d.t", schema={"id": "BIGINT", "v": "STRING", "n": "INT", "w": "DOUBLE"},
+                      primary_key=["id"], bucket_num=buckets)
+    table = conn.get_table("d.t")
+    keys = pl.DataFrame({"id": probe}, schema={"id": pl.Int64})
+    added = 0
+    for number, (kind, ids) in enumerate(steps):
+        if kind == "upsert":
+            rows = {"id": ids, "v": [None if i % 3 == 0 else f"v{number}-{i}" for i in ids],
+                    "n": [None if i % 4 == 1 else i * number for i in ids], "w": [i * 0.5 + number for i in ids]}
+            for column in table.schema.names[4:]:
+                rows[column] = [number] * len(ids)
+            table.upsert(pl.DataFrame(rows, schema_overrides={"n": pl.Int32}))
+        elif kind == "delete":
+            table.delete(pl.DataFrame({"id": ids}))
+        elif kind == "snapshot":
+            table.snapshot()
+        else:
+            conn.alter_table("d.t", add_columns={f"extra{added}": "BIGINT"})
+            added += 1
+            table = conn.get_table("d.t")
+        for options in ({"with_found": True}, {"with_found": True, "with_offsets": True}):
+            planned = table.lookup(keys, **options)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(state_reader, "_plan_of", lambda *a: None)
+                assert_frame_equal(planned, table.lookup(keys, **options))
+
+
 def test_the_gathered_lookup_is_the_path_taken(tmp_path, monkeypatch):
     """Several buckets' keys go through one gather (a regression here would silently bring back per-bucket frames)."""
     import fluss_lake.lookup.lookuper as lookuper
@@ -85,7 +133,14 @@ def test_the_gathered_lookup_is_the_path_taken(tmp_path, monkeypatch):
     monkeypatch.setattr(lookuper, "lookup_buckets", lambda *a, **k: calls.append(len(a[0])) or real(*a, **k))
     real_slow = StateReader._slow_lookup
     monkeypatch.setattr(StateReader, "_slow_lookup", lambda *a: slow.append(1) or real_slow(*a))
+    import fluss_lake.kv.state_reader as state_reader
+
+    planned = []
+    real_plan = state_reader._GatherPlan.gather_found
+    monkeypatch.setattr(state_reader._GatherPlan, "gather_found",
+                        lambda *a: planned.append(out := real_plan(*a)) or out)
     got = table.lookup(pl.DataFrame({"id": [99, 3, 1000, 42]}), with_found=True)
+    assert planned and planned[0] is not None  # gathered from the cached plan, not column by column
     assert got["v"].to_list() == ["99", "3", None, "42"]
     assert got["_found"].to_list() == [True, True, False, True]
     assert len(calls) == 1 and calls[0] > 1

@@ -34,3 +34,50 @@ def test_index_and_prefix_hashes_take_the_fast_path_unchanged() -> None:
     want = (general & np.uint64(0xFFFFFFFF00000000)) | (both >> np.uint64(32))
     assert index_hashes(frame, ["a", "b"], ["a"]).tolist() == want.tolist()
     assert EDGES.count(2**56) == 1 and len(bigint_key_hashes(np.empty(0, dtype=np.int64))) == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(-2**63, 2**63 - 1), st.sampled_from(EDGES), st.integers(-300, 300)),
+                max_size=60), st.sampled_from([1, 2, 3, 4, 7, 16, 1000, 2**31 - 1]))
+def test_integer_buckets_from_the_values_equal_the_general_encoder(values, num_buckets) -> None:
+    """A lookup's buckets of one BIGINT or INT key, hashed from the values, are the write path's (Fluss's) buckets."""
+    from fluss_lake.keys.bucketing import assign_buckets
+    from fluss_lake.keys.hashing import fluss_varint_bucket
+
+    bigint = np.array(values, dtype=np.int64)
+    assert (fluss_varint_bucket(bigint.view(np.uint64), num_buckets).tolist()
+            == assign_buckets([pa.array(bigint)], num_buckets).tolist())
+    integer = bigint.astype(np.int32)  # wraps: every 32-bit varint length too
+    assert (fluss_varint_bucket(integer.view(np.uint32), num_buckets).tolist()
+            == assign_buckets([pa.array(integer)], num_buckets).tolist())
+
+
+def test_buckets_of_takes_the_value_path_only_where_it_applies(tmp_path, monkeypatch) -> None:
+    """BIGINT/INT bucket keys of Fluss-bucketed tables hash from the values; other keys, and Iceberg tables, keep
+    the general encoder; both give the write path's buckets (rows are found where they were written)."""
+    import fluss_lake as fl
+    import fluss_lake.keys.bucketing as bucketing
+
+    conn = fl.connect(str(tmp_path))
+    conn.create_database("d")
+    fast = []
+    real = bucketing.fluss_varint_bucket
+    monkeypatch.setattr(bucketing, "fluss_varint_bucket", lambda *a: fast.append(1) or real(*a))
+    cases = [("i64", "BIGINT", {}, True), ("i32", "INT", {}, True),
+             ("ice", "BIGINT", {"table.datalake.format": "iceberg"}, False), ("s", "STRING", {}, False)]
+    for name, kind, options, expect_fast in cases:
+        conn.create_table(f"d.{name}", schema={"k": kind, "v": "BIGINT"}, primary_key=["k"], bucket_num=5,
+                          options=options)
+        table = conn.get_table(f"d.{name}")
+        keys = [str(i) for i in range(-50, 50)] if kind == "STRING" else list(range(-50, 50)) + [2**31 - 1]
+        table.upsert(pl.DataFrame({"k": keys, "v": list(range(len(keys)))},
+                                  schema={"k": table.schema.polars_schema["k"], "v": pl.Int64}))
+        fast.clear()
+        frame = pl.DataFrame({"k": keys}, schema={"k": table.schema.polars_schema["k"]})
+        buckets = bucketing.buckets_of(table.info, frame)
+        assert bool(fast) is expect_fast, name
+        monkeypatch.setattr(bucketing, "_fluss_bucketed", lambda info: False)  # the general encoder, for reference
+        assert buckets.tolist() == bucketing.buckets_of(table.info, frame).tolist(), name
+        monkeypatch.undo()
+        monkeypatch.setattr(bucketing, "fluss_varint_bucket", lambda *a: fast.append(1) or real(*a))
+        assert table.lookup(frame)["v"].to_list() == list(range(len(keys))), name
