@@ -112,7 +112,7 @@ def _answer(batch: list[_Waiter], compute: Callable[[pl.DataFrame], OnlineFeatur
         schema = leader.entities.schema
         if len(batch) == 1 or any(w.entities.schema != schema for w in others):
             raise _Separately
-        merged = compute(pl.concat([w.entities for w in batch], how="vertical", rechunk=False))
+        merged = compute(_stacked([w.entities for w in batch]))
         start = 0
         for waiter in batch:
             n = waiter.entities.height
@@ -134,6 +134,15 @@ def _answer(batch: list[_Waiter], compute: Callable[[pl.DataFrame], OnlineFeatur
     finally:
         for waiter in others:
             waiter.done.set()
+
+
+def _stacked(frames: list[pl.DataFrame]) -> pl.DataFrame:
+    """The frames one after the other, by appending chunks (``vstack``): ``pl.concat`` hands the work to Polars'
+    thread pool, ~0.1-0.3 ms from a server thread whose peers hold the cores."""
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.vstack(frame)
+    return out
 
 
 class _Separately(Exception):

@@ -60,11 +60,15 @@ def _exact_keys(frame: pl.DataFrame, dtypes: Any, columns: Sequence[str]) -> boo
 
 
 def _with_keys(rows: pl.DataFrame, keys: pl.DataFrame, found: np.ndarray | None) -> pl.DataFrame:
-    """`rows` with the key columns taken from `keys` (set even where absent), plus ``_found`` if given."""
-    columns = [keys.get_column(c) if c in keys.columns else rows.get_column(c) for c in rows.columns]
+    """`rows` with the key columns taken from `keys` (set even where absent), plus ``_found`` if given; in place
+    (`rows` is the lookup's own frame), so no frame is built per call."""
+    names = rows.columns
+    for name in keys.columns:
+        if name in names:
+            rows.replace_column(names.index(name), keys.get_column(name))
     if found is not None:
-        columns.append(pl.Series("_found", found))
-    return pl.DataFrame(columns)
+        rows.insert_column(rows.width, pl.Series("_found", found))
+    return rows
 
 
 #: System columns a lookup adds with ``with_offsets=True``.

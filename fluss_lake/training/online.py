@@ -173,9 +173,11 @@ def online_features(
     for group in _groups(views):  # commit times only where a rule or the caller needs them
         rows = _lookup(entities, group, times=with_status)
         for index, view in group:
-            outputs[index] = _view_values(rows, view, when)
+            outputs[index] = _view_values(rows, view, when, status=with_status or log is not None)
     columns = [s for i in range(len(views)) for s in outputs[i][0]]
     frame = _with_columns(entities, columns)
+    if not with_status and log is None:  # the frame alone: no statuses or value times built
+        return frame
     result = OnlineFeatures(
         frame,
         when,
@@ -335,18 +337,23 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
-def _view_values(rows: pl.DataFrame, view: FeatureView, now: datetime) -> tuple[list[pl.Series], pl.Series, pl.Series]:
-    """A view's output columns, status and value times from its table's looked-up rows.
+def _view_values(
+    rows: pl.DataFrame, view: FeatureView, now: datetime, *, status: bool = True
+) -> tuple[list[pl.Series], pl.Series, pl.Series]:
+    """A view's output columns, status and value times from its table's looked-up rows (without `status`, the
+    columns only: the status and value-time Series come back empty).
 
     The rules are the training set's (:func:`~fluss_lake.training._rules.within_ttl`: an age equal to the TTL
-    counts), computed on arrays of epoch microseconds: a served request runs no query plan.
+    counts), computed on arrays of epoch microseconds: a served request runs no query plan. A lookup's value
+    columns are null where the key is absent, so only values found but not valid (expired, not yet valid, no
+    event time) and key columns are masked.
     """
     table = view.table
     assert table is not None
     n = rows.height
     now_us = (now - _EPOCH) // _MICROSECOND
     ttl_us = None if view.ttl is None else view.ttl // _MICROSECOND  # type: ignore[operator]
-    found = rows.get_column("_found").to_numpy()
+    found = looked_up = rows.get_column("_found").to_numpy()
     unknown_times = False
     if view.event_time is None and f"{INTERNAL_PREFIX}commit_ms" not in rows.columns:  # not asked for (_lookup)
         assert ttl_us is None
@@ -370,23 +377,31 @@ def _view_values(rows: pl.DataFrame, view: FeatureView, now: datetime) -> tuple[
         future = found & (value_us > now_us)
         within = np.ones(n, dtype=bool) if ttl_us is None else value_us >= now_us - ttl_us
         expired = found & ~future & ~within
-    codes = np.full(n, _PRESENT, dtype=np.int64)
-    codes[expired] = _OUTSIDE_MAX_AGE
-    codes[future] = _NOT_YET_VALID
-    codes[~found] = _NOT_FOUND
-    valid = codes == _PRESENT
-    label = view.name or view.prefix
-    status = pl.Series(label or "status", _STATUS_NAMES[codes]).cast(STATUS)
-    times_mask = np.ones(n, dtype=bool) if unknown_times else ~valid  # times not looked up: all null
-    times = pl.Series(label or "time", pa.array(value_us, pa.timestamp("us", tz="UTC"), mask=times_mask))
-    mask = None if valid.all() else pl.Series(valid)
+    valid = found & ~expired & ~future
+    if status:
+        codes = np.full(n, _PRESENT, dtype=np.int64)
+        codes[expired] = _OUTSIDE_MAX_AGE
+        codes[future] = _NOT_YET_VALID
+        codes[~found] = _NOT_FOUND
+        label = view.name or view.prefix
+        statuses = pl.Series(label or "status", _STATUS_NAMES[codes]).cast(STATUS)
+        times_mask = np.ones(n, dtype=bool) if unknown_times else ~valid  # times not looked up: all null
+        times = pl.Series(label or "time", pa.array(value_us, pa.timestamp("us", tz="UTC"), mask=times_mask))
+    else:
+        statuses, times = _NO_STATUS, _NO_TIMES
+    keyed = any(f in view.keys for f in view.features or ())  # a key column is set even where absent
+    mask = None if valid.all() or (not keyed and np.array_equal(valid, looked_up)) else pl.Series(valid)
     columns = []
     for feature, name in zip(view.features or (), view.output_names(), strict=True):
         column = rows.get_column(feature).alias(name)
         if mask is not None:  # null where the value does not count (Series ops: no query plan)
             column = column.zip_with(mask, pl.Series(name, dtype=column.dtype).extend_constant(None, n))
         columns.append(column)
-    return columns, status, times
+    return columns, statuses, times
+
+
+_NO_STATUS = pl.Series("status", [], dtype=STATUS)
+_NO_TIMES = pl.Series("time", [], dtype=pl.Datetime("us", "UTC"))
 
 
 def _event_micros(rows: pl.DataFrame, table: Any, view: FeatureView) -> tuple[np.ndarray, np.ndarray]:

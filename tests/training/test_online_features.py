@@ -162,6 +162,25 @@ def test_statuses_and_value_times(tmp_path_factory):
     assert result.now == ms(clock.now)
 
 
+def test_features_only_answers_mask_what_the_lookup_leaves_set(tmp_path_factory):
+    """Without statuses only values that are not valid are masked: the lookup's value columns are already null where
+    a key is absent, but a key column taken as a feature is set there, and so is an expired value."""
+    conn, clock = _store(tmp_path_factory)
+    conn.create_table("d.c", schema={"id": "BIGINT", "tier": "STRING"}, primary_key=["id"], bucket_num=3)
+    c = conn.get_table("d.c")
+    c.upsert([{"id": 1, "tier": "gold"}, {"id": 2, "tier": "silver"}])
+    clock.now += 10
+    c.upsert([{"id": 3, "tier": "bronze"}])
+    keyed = FeatureView.from_table(c, features=["id", "tier"], prefix="k__")
+    expiring = FeatureView.from_table(c, ttl=timedelta(milliseconds=5), prefix="e__")
+    rows = {"id": [1, 4, 3, None, 2]}
+    got = online_features(rows, [keyed, expiring])
+    assert got["k__id"].to_list() == [1, None, 3, None, 2]
+    assert got["k__tier"].to_list() == ["gold", None, "bronze", None, "silver"]
+    assert got["e__tier"].to_list() == [None, None, "bronze", None, None]
+    assert_frame_equal(online_features(rows, [keyed, expiring], with_status=True).frame, got)
+
+
 def test_future_event_time_is_not_yet_valid(tmp_path_factory):
     """The one place online differs from training: the state no longer holds the value a future row replaced."""
     conn, clock = _store(tmp_path_factory)
