@@ -41,12 +41,6 @@ __all__ = [
 _U32 = np.uint32
 _U64 = np.uint64
 
-# MurmurHash3 x86_32 constants.
-_M_C1 = _U32(0xCC9E2D51)
-_M_C2 = _U32(0x1B873593)
-_M_N = _U32(0xE6546B64)
-_M_F1 = _U32(0x85EBCA6B)
-_M_F2 = _U32(0xC2B2AE35)
 _FLUSS_SEED = 42  # MurmurHashUtils.DEFAULT_SEED (Fluss and Paimon)
 
 
@@ -174,41 +168,6 @@ def _as_rows(keys: KeyBytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 # --------------------------------------------------------------------------- murmur3 x86_32
 
 
-def _rotl32(x: np.ndarray, r: int) -> np.ndarray:
-    """Rotate ``uint32`` values left by ``r`` bits, in place."""
-    high = x >> _U32(32 - r)
-    x <<= _U32(r)
-    x |= high
-    return x
-
-
-def _mix_k1(k: np.ndarray) -> np.ndarray:
-    """murmur3 ``k1`` mixing, in place."""
-    k *= _M_C1
-    _rotl32(k, 15)
-    k *= _M_C2
-    return k
-
-
-def _mix_h1(h: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """murmur3 ``h1`` mixing of a mixed ``k1``, in place."""
-    h ^= k
-    _rotl32(h, 13)
-    h *= _U32(5)
-    h += _M_N
-    return h
-
-
-def _fmix32(h: np.ndarray) -> np.ndarray:
-    """murmur3 finaliser (avalanche), in place."""
-    h ^= h >> _U32(16)
-    h *= _M_F1
-    h ^= h >> _U32(13)
-    h *= _M_F2
-    h ^= h >> _U32(16)
-    return h
-
-
 def _murmur3_rows(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, seed: int, *, flink: bool) -> np.ndarray:
     """MurmurHash3 x86_32 of each row; ``flink`` mixes each trailing byte on its own, sign-extended."""
     out = np.empty(lengths.size, dtype=_U32)
@@ -315,16 +274,17 @@ _VARINT_STRIDE = 10  # bytes of the longest 64-bit LEB128 varint
 
 
 def _fluss_bucket_of(h: np.ndarray, n_buckets: int) -> npt.NDArray[np.int32]:
-    """Fluss's bucket from the Flink murmur of each key (``uint32``, changed in place)."""
-    # MathUtils.murmurHash(h): one more round on the 4-byte int, then fmix32.
-    _mix_k1(h)
-    _rotl32(h, 13)
-    h *= _U32(5)
-    h += _M_N
-    h ^= _U32(4)
-    _fmix32(h)
-    signed = h.view(np.int32).astype(np.int64)
-    np.abs(signed, out=signed)
+    """Fluss's bucket from the Flink murmur of each key (``uint32``).
+
+    ``MathUtils.murmurHash(h)`` (one more round on the 4-byte int, ``^= 4``, fmix32) is the textbook MurmurHash3
+    of the int's 4 little-endian bytes with seed 0, so it is one compiled pass over ``h``'s own buffer.
+    """
+    n = h.size
+    words = np.ascontiguousarray(h, dtype=_U32)
+    mixed = _murmur3_rows(
+        words.view(np.uint8), np.arange(0, 4 * n, 4, dtype=np.int64), np.full(n, 4, dtype=np.int64), 0, flink=False
+    )
+    signed = np.abs(mixed.view(np.int32).astype(np.int64))
     signed[signed == 2**31] = 0  # Java: abs(MIN_VALUE) stays negative, Flink maps it to 0
     return (signed % n_buckets).astype(np.int32)
 

@@ -308,9 +308,13 @@ def _lookup(entities: pl.DataFrame, group: list[tuple[int, FeatureView]], *, tim
     dtypes = table.schema.polars_schema
     keys = {}
     for entity_col, key_col in view.key_pairs():  # Series casts, not a query: this runs once per request
-        common_key_dtype(entities.schema[entity_col], dtypes[key_col], f"{view.label} key {key_col!r}")
-        keys[key_col] = entities.get_column(entity_col).cast(dtypes[key_col], strict=False).alias(key_col)
-    key_frame = pl.DataFrame([keys[c] for c in table.schema.primary_key])
+        column = entities.get_column(entity_col)
+        if column.dtype != dtypes[key_col]:
+            common_key_dtype(column.dtype, dtypes[key_col], f"{view.label} key {key_col!r}")
+            column = column.cast(dtypes[key_col], strict=False)
+        keys[key_col] = column if column.name == key_col else column.alias(key_col)
+    ordered = [keys[c] for c in table.schema.primary_key]
+    key_frame = ordered[0].to_frame().hstack(ordered[1:])
     need_times = any(v.event_time is None and (times or v.ttl is not None) for _, v in group)
     if not any(series.null_count() for series in keys.values()):
         rows = table.lookup(key_frame, with_found=True, with_offsets=need_times)
