@@ -273,6 +273,7 @@ class FlussLakeServer(flight.FlightServerBase):
         self._tables: dict[str, tuple[fl.Table, float]] = {}
         self._tables_lock = threading.Lock()
         self._views: OrderedDict[tuple[str, int], FeatureView] = OrderedDict()
+        self._view_lists: dict[str, list[FeatureView]] = {}  # the views of a request's definitions (its JSON)
         self._write_locks: dict[str, threading.Lock] = {}
         self._schemas: dict[tuple[str, bool], tuple[Any, tuple[pa.Schema, bytes] | None]] = {}
         self._coalescer = Coalescer()
@@ -567,12 +568,23 @@ class FlussLakeServer(flight.FlightServerBase):
         answer: bytes = self._run(command["verb"], command.get("table") or _view_tables(command), work)
         return answer
 
-    def _online_views(self, context: Any, command: dict) -> list[FeatureView]:
-        """The views an online-features request names, each checked against the caller's token."""
+    def _online_views(self, context: Any, command: dict, key: str | None = None) -> list[FeatureView]:
+        """The views an online-features request names, each checked against the caller's token (the list is kept
+        per `key`, the JSON of the definitions, while its tables stay the served ones)."""
         definitions = command.get("views")
         if not isinstance(definitions, list) or not definitions:
             raise MalformedRequestError("online_features needs 'views': a list of feature view definitions")
-        views = [self.view(d) for d in definitions]
+        key = key if key is not None else _views_key(command)
+        known = self._view_lists.get(key)
+        if known is not None and all(
+            v.table is self.table(d["table"]) for v, d in zip(known, definitions, strict=True)
+        ):
+            views = known
+        else:
+            views = [self.view(d) for d in definitions]
+            if len(self._view_lists) >= 1024:
+                self._view_lists.clear()
+            self._view_lists[key] = views
         for v in views:
             assert v.table is not None
             self._authorize(context, str(v.table.path), write=False)
@@ -580,17 +592,18 @@ class FlussLakeServer(flight.FlightServerBase):
             self._authorize(context, str(TablePath.of(command["log"])), write=True)
         return views
 
-    def _shared(self, command: dict) -> tuple[str, ...] | None:
+    def _shared(self, command: dict, views_key: str) -> tuple[str, ...] | None:
         """The key under which concurrent online-features requests may share one call (None: this one may not: it
         is logged under its own id, or asks for its own time)."""
         if command.get("log") or self.config.log_table or command.get("now") is not None:
             return None
-        return (str(bool(command.get("with_status"))), *(json.dumps(d, sort_keys=True) for d in command["views"]))
+        return (str(bool(command.get("with_status"))), views_key)
 
     def _online(self, context: Any, command: dict, entities: pl.DataFrame, request: _Request) -> pl.DataFrame:
-        views = self._online_views(context, command)
+        views_key = _views_key(command)
+        views = self._online_views(context, command, views_key)
         request.check_time("computing features")
-        key = self._shared(command)
+        key = self._shared(command, views_key)
         if key is None:  # one call each
             log_name = command.get("log") or self.config.log_table
             result = self.serve_features(
@@ -613,11 +626,11 @@ class FlussLakeServer(flight.FlightServerBase):
                 if command["verb"] != "online_features" or data is None or data.height > self.config.max_request_rows:
                     continue
                 if command.get("now") is None:  # a request at its own time is answered alone
-                    views = self._online_views(context, command)
+                    views_key = _views_key(command)
+                    views = self._online_views(context, command, views_key)
                     log_name = command.get("log") or self.config.log_table or ""
                     statuses = str(bool(command.get("with_status")))
-                    key = (log_name, statuses, *(json.dumps(d, sort_keys=True) for d in command["views"]))
-                    groups.setdefault(key, []).append((i, command, data, views))
+                    groups.setdefault((log_name, statuses, views_key), []).append((i, command, data, views))
             except FlussLakeError:
                 continue  # answered alone below, with its error and its metrics
         for key, members in groups.items():
@@ -834,6 +847,11 @@ class FlussLakeServer(flight.FlightServerBase):
 
         answer = self._run(str(kind), command.get("table"), work)
         return iter([flight.Result(json.dumps(answer, default=str).encode())])
+
+
+def _views_key(command: dict) -> str:
+    """The views of an online-features request as one canonical JSON string (what requests share a call by)."""
+    return json.dumps(command.get("views"), sort_keys=True)
 
 
 def _online_frame(result: OnlineFeatures, command: dict) -> pl.DataFrame:

@@ -418,3 +418,26 @@ def test_a_failed_shared_log_append_fails_each_request_it_would_have_logged(conn
             assert isinstance(outcomes[request_id], fl.StorageError) and request_id not in logged
         else:  # answered alone: logged by its own call
             assert not isinstance(outcomes[request_id], BaseException) and request_id in logged
+
+
+def test_the_views_of_a_request_are_rebuilt_when_their_table_is(conn, server, tmp_path, clock):
+    """A request's views are kept by their definitions' JSON, and rebuilt once the server serves another table object
+    under that name, so answers follow the served table, never a stale view."""
+    from serving.server import _LaneContext, _Caller
+
+    customer = conn.get_table("shop.customer")
+    view = FeatureView.from_table(customer, features=["tier"], prefix="c__")
+    command = {"verb": "online_features", "views": [view.definition()]}
+    context = _LaneContext(_Caller(None))
+    first = server._online_views(context, command)
+    assert server._online_views(context, command) is first  # kept: no view rebuilt per request
+    path = str(customer.path)
+    conn.alter_table(path, add_columns={"extra": "BIGINT"})
+    reopened = fl.connect(str(tmp_path / "store"), clock=clock).get_table(path)  # another Table object
+    server._tables[path] = (reopened, time.monotonic())
+    renewed = server._online_views(context, command)
+    assert renewed is not first and renewed[0].table is reopened
+    with serving.connect(server.location) as client:
+        served = FeatureView.from_table(client.get_table(path), features=["tier", "extra"], prefix="c__")
+        got = client.online_features(pl.DataFrame({"id": [3, 99]}), [served])
+    assert got["c__tier"].to_list() == ["bronze", None] and got["c__extra"].to_list() == [None, None]
