@@ -105,6 +105,7 @@ class LogTablet:
         #: on that another reader (a job reading the changelog) decodes are held, whole, until the state applies
         #: them (:meth:`read` with ``for_state``), so each is decoded once per process. Bounded (_HOLD_*).
         self.hold_from: int | None = None
+        self._next_path: tuple[int, str | None] = (-1, None)  # (log end, the local path of its next batch)
         self._held: dict[int, LogBatch] = {}
         self._held_bytes = 0
 
@@ -298,7 +299,9 @@ class LogTablet:
         known = self._known
         known.seen_at = time.monotonic()
         while True:
-            local = self.store.local_path(batch_key(self.prefix, known.end))
+            if self._next_path[0] != known.end:  # the next batch's file, worked out once per log end
+                self._next_path = (known.end, self.store.local_path(batch_key(self.prefix, known.end)))
+            local = self._next_path[1]
             if local is not None and not os.path.exists(local):  # the common case, without an exception
                 return known.end
             try:
