@@ -132,7 +132,7 @@ class KvStore(StateReader):
                 None if offsets is None else pa.array(offsets, pa.int64()),
             ),
         )
-        self.memtable_bytes += self.segments[0].table.nbytes  # the other changes of the memtable recount it
+        self._account()
         memtable = self._memtable_size()
         if memtable >= MEMTABLE_BATCHES or sum(s.rows for s in self.segments[:memtable]) >= MEMTABLE_ROWS:
             self.flush_memtable()

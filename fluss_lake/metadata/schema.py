@@ -95,6 +95,11 @@ class Schema:
     schema_id: int = 0
     highest_column_id: int = field(default=-1, compare=False)
     auto_increment_columns: tuple[str, ...] = ()
+    _polars: pl.Schema = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # built once: lookups and writes ask for it on every call (a pl.Schema checks each dtype as it is made)
+        object.__setattr__(self, "_polars", pl.Schema([(c.name, c.dtype) for c in self.columns]))
 
     @classmethod
     def of(
@@ -149,8 +154,8 @@ class Schema:
 
     @property
     def polars_schema(self) -> pl.Schema:
-        """The Polars schema of the table's rows."""
-        return pl.Schema([(c.name, c.dtype) for c in self.columns])
+        """The Polars schema of the table's rows (one shared object, built with the schema: do not modify it)."""
+        return self._polars
 
     @property
     def arrow_schema(self) -> pa.Schema:
