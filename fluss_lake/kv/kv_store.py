@@ -32,7 +32,7 @@ from fluss_lake.kv.segment import (
     take,
 )
 from fluss_lake.kv.segment_merge import is_identity, merge_run
-from fluss_lake.kv.state_reader import StateReader
+from fluss_lake.kv.state_reader import StateReader, forget_segments
 
 __all__ = ["HASH_COLUMN", "MEMTABLE_BATCHES", "MEMTABLE_ROWS", "OFFSET_COLUMN", "TOMB_COLUMN", "TS_COLUMN", "KvStore"]
 
@@ -167,6 +167,7 @@ class KvStore(StateReader):
 
     def adopt(self, segments: list[Segment]) -> None:
         """Install segments (newest first) restored from a snapshot."""
+        forget_segments(self.segments)
         self.segments = list(segments)
         self._account()
 
@@ -235,8 +236,10 @@ class KvStore(StateReader):
     def _replace(self, i: int, j: int, replacement: list[Segment], *, in_memory: bool = False) -> None:
         """Put `replacement` in place of segments [i, j); their files are retired for the owner to delete."""
         # only files need the owner's clean-up; a merged memtable segment is freed right away
-        self.retired.extend(s for s in self.segments[i:j] if s.on_disk)
+        removed = self.segments[i:j]
+        self.retired.extend(s for s in removed if s.on_disk)
         self.segments[i:j] = replacement
+        forget_segments(removed)  # a lookup's cached gather plan must not keep them (nor their files) alive
         self._account()
         if not in_memory:  # the merge's working copies are freed: hand their pages back to the OS
             arrow_pool.release_unused()

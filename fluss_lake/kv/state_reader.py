@@ -10,7 +10,8 @@ and a prefix lookup is a range read (:meth:`StateReader.range_rows`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -574,6 +575,18 @@ class _GatherPlan:
 
 
 _PLANS: dict[tuple[int, ...], _GatherPlan] = {}
+_PLANS_LOCK = threading.Lock()  # guards changes of _PLANS (lookups only read it)
+
+
+def forget_segments(segments: Iterable[Segment]) -> None:
+    """Drop the gather plans holding any of `segments` (merged away or replaced by their store), so those
+    segments' memory and mapped files are released when the store lets them go, not when the cache fills up."""
+    gone = {id(segment) for segment in segments}  # alive while the caller holds them: no id is reused meanwhile
+    if not gone or not _PLANS:
+        return
+    with _PLANS_LOCK:
+        for key in [key for key in _PLANS if not gone.isdisjoint(key)]:
+            del _PLANS[key]
 
 
 def _plan_of(segments: Sequence[Segment], schema: pl.Schema, primary_key: tuple[str, ...]) -> _GatherPlan | None:
@@ -584,7 +597,9 @@ def _plan_of(segments: Sequence[Segment], schema: pl.Schema, primary_key: tuple[
     plan = _PLANS.get(key)
     if plan is not None and plan.matches(segments, schema, primary_key):
         return plan
-    if len(_PLANS) >= 64:  # a bucket's segments change with writes: forget old lists
-        _PLANS.clear()
-    plan = _PLANS[key] = _GatherPlan(tuple(segments), schema, primary_key)
+    plan = _GatherPlan(tuple(segments), schema, primary_key)
+    with _PLANS_LOCK:
+        if len(_PLANS) >= 64:  # lists whose segments all stay in their stores (memtable inserts keep the older ones)
+            _PLANS.clear()
+        _PLANS[key] = plan
     return plan
