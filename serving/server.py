@@ -277,6 +277,8 @@ class FlussLakeServer(flight.FlightServerBase):
         self._write_locks: dict[str, threading.Lock] = {}
         self._schemas: dict[tuple[str, bool], tuple[Any, tuple[pa.Schema, bytes] | None]] = {}
         self._coalescer = Coalescer()
+        self._commands: dict[bytes, dict[str, Any]] = {}  # unary commands decoded before (protocol.decode_unary)
+        self._views_keys: dict[int, tuple[dict[str, Any], str]] = {}  # a known command's views key, by its id
         self._stopped = threading.Event()
         tls = config.tls_cert is not None
         scheme = "grpc+tls" if tls else "grpc+tcp"
@@ -540,19 +542,20 @@ class FlussLakeServer(flight.FlightServerBase):
         """An exchange verb sent as an action (a small input; see :data:`serving.protocol.UNARY_MAX_BYTES`)."""
         return iter([flight.Result(self._unary_answer(context, body))])
 
-    def _unary_answer(self, context: Any, body: Any) -> bytes:
-        """The answer's bytes to an exchange verb's unary body (an action's or a lane frame's)."""
+    def _unary_answer(
+        self, context: Any, body: Any, decoded: tuple[dict, pl.DataFrame | None] | None = None
+    ) -> bytes:
+        """The answer's bytes to an exchange verb's unary body (an action's or a lane frame's; `decoded`: its
+        command and rows, when the lane decoded them already)."""
         config = self.config
-        try:
-            if body is None or memoryview(body).nbytes > config.max_request_bytes + config.max_command_bytes:
-                raise RequestTooLargeError(
-                    f"the request is over the server's limit of {config.max_request_bytes} bytes; split it into "
-                    "smaller batches"
-                )
-            command, data = decode_unary(body, limit=config.max_command_bytes, expected=EXCHANGE_VERBS)
-        except FlussLakeError as exc:
-            self.metrics.record("exchange", None, seconds=0.0, error=True)
-            raise to_flight_error(exc) from None
+        if decoded is not None:
+            command, data = decoded
+        else:
+            try:
+                command, data = self._decode(body)
+            except FlussLakeError as exc:
+                self.metrics.record("exchange", None, seconds=0.0, error=True)
+                raise to_flight_error(exc) from None
 
         def work(request: _Request) -> bytes:
             if data is None:
@@ -568,13 +571,34 @@ class FlussLakeServer(flight.FlightServerBase):
         answer: bytes = self._run(command["verb"], command.get("table") or _view_tables(command), work)
         return answer
 
+    def _decode(self, body: Any) -> tuple[dict, pl.DataFrame | None]:
+        """A unary body's command and rows, checked (a command seen before is not parsed again)."""
+        config = self.config
+        if body is None or memoryview(body).nbytes > config.max_request_bytes + config.max_command_bytes:
+            raise RequestTooLargeError(
+                f"the request is over the server's limit of {config.max_request_bytes} bytes; split it into "
+                "smaller batches"
+            )
+        return decode_unary(body, limit=config.max_command_bytes, expected=EXCHANGE_VERBS, known=self._commands)
+
+    def _views_key(self, command: dict) -> str:
+        """:func:`_views_key`, remembered for the commands :meth:`_decode` keeps (the same dict each time)."""
+        known = self._views_keys.get(id(command))
+        if known is not None and known[0] is command:
+            return known[1]
+        key = _views_key(command)
+        if len(self._views_keys) >= 256:
+            self._views_keys.clear()
+        self._views_keys[id(command)] = (command, key)
+        return key
+
     def _online_views(self, context: Any, command: dict, key: str | None = None) -> list[FeatureView]:
         """The views an online-features request names, each checked against the caller's token (the list is kept
         per `key`, the JSON of the definitions, while its tables stay the served ones)."""
         definitions = command.get("views")
         if not isinstance(definitions, list) or not definitions:
             raise MalformedRequestError("online_features needs 'views': a list of feature view definitions")
-        key = key if key is not None else _views_key(command)
+        key = key if key is not None else self._views_key(command)
         known = self._view_lists.get(key)
         if known is not None and all(
             v.table is self.table(d["table"]) for v, d in zip(known, definitions, strict=True)
@@ -600,7 +624,7 @@ class FlussLakeServer(flight.FlightServerBase):
         return (str(bool(command.get("with_status"))), views_key)
 
     def _online(self, context: Any, command: dict, entities: pl.DataFrame, request: _Request) -> pl.DataFrame:
-        views_key = _views_key(command)
+        views_key = self._views_key(command)
         views = self._online_views(context, command, views_key)
         request.check_time("computing features")
         key = self._shared(command, views_key)
@@ -619,14 +643,15 @@ class FlussLakeServer(flight.FlightServerBase):
         the same views among them share one call (as :class:`~serving.coalesce.Coalescer` does for threads), and
         those that go to the same served-feature log share one append (one commit), each under its own id."""
         answers: list[bytes | BaseException | None] = [None] * len(items)
+        decoded: list[tuple[dict, pl.DataFrame | None] | None] = [None] * len(items)
         groups: dict[tuple[str, ...], list[tuple[int, dict, pl.DataFrame, list[FeatureView]]]] = {}
         for i, (context, body) in enumerate(items if len(items) > 1 else ()):
             try:
-                command, data = decode_unary(body, limit=self.config.max_command_bytes, expected=EXCHANGE_VERBS)
+                command, data = decoded[i] = self._decode(body)
                 if command["verb"] != "online_features" or data is None or data.height > self.config.max_request_rows:
                     continue
                 if command.get("now") is None:  # a request at its own time is answered alone
-                    views_key = _views_key(command)
+                    views_key = self._views_key(command)
                     views = self._online_views(context, command, views_key)
                     log_name = command.get("log") or self.config.log_table or ""
                     statuses = str(bool(command.get("with_status")))
@@ -637,10 +662,10 @@ class FlussLakeServer(flight.FlightServerBase):
             if len(members) > 1:
                 self._answer_together(key[0], key[1] == "True", members, answers)
         out: list[bytes | BaseException] = []
-        for (context, body), answer in zip(items, answers, strict=True):
+        for (context, body), answer, request in zip(items, answers, decoded, strict=True):
             if answer is None:
                 try:
-                    answer = self._unary_answer(context, body)
+                    answer = self._unary_answer(context, body, request)
                 except Exception as exc:  # noqa: BLE001 - the lane sends it as an error frame
                     answer = exc
             out.append(answer)
