@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from fluss_lake import options as opt
 from fluss_lake.exceptions import InvalidConfigError, UnsupportedOperationError
@@ -22,7 +23,7 @@ from fluss_lake.keys.bucketing import buckets_of, split_by_bucket
 from fluss_lake.keys.index_hash import index_hashes, prefix_ranges
 from fluss_lake.kv.kv_store import OFFSET_COLUMN
 from fluss_lake.kv.kv_tablet import KvTablet
-from fluss_lake.kv.state_reader import lookup_buckets
+from fluss_lake.kv.state_reader import arrow_series, lookup_buckets
 from fluss_lake.lookup.insert_if_not_exists import KeyInserter, check_insertable
 from fluss_lake.metadata.conform import conform, to_frame
 from fluss_lake.metadata.descriptor import TableInfo
@@ -67,7 +68,7 @@ def _with_keys(rows: pl.DataFrame, keys: pl.DataFrame, found: np.ndarray | None)
         if name in names:
             rows.replace_column(names.index(name), keys.get_column(name))
     if found is not None:
-        rows.insert_column(rows.width, pl.Series("_found", found))
+        rows.insert_column(rows.width, arrow_series("_found", pa.array(found)))  # pl.Series of numpy: ~20 us
     return rows
 
 
