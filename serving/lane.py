@@ -40,6 +40,10 @@ _ANSWER: Final = struct.Struct(">BI")
 _OK, _ERROR = 0, 1
 #: Connections one server keeps open at once; more are answered with an error and closed.
 MAX_CONNECTIONS: Final = 256
+#: A connection that sent a mergeable request this recently is expected to send another (LaneServer._hold).
+MERGE_WINDOW_S: Final = 0.005
+#: The longest a pass of mergeable requests waits for the expected ones.
+MERGE_WAIT_S: Final = 0.0005
 
 
 class _Closed(Exception):
@@ -88,8 +92,15 @@ class LaneServer:
         timeout_s: float,
         tls: ssl.SSLContext | None = None,
         threads: int = 0,
+        mergeable: Callable[[bytes], bool] | None = None,
     ) -> None:
         self._authenticate = authenticate
+        # requests `answer` may answer with one call (online features): a pass of only those waits a moment for
+        # the connections that sent one just before and are about to send the next (see _hold)
+        self._mergeable = mergeable
+        self._held: asyncio.TimerHandle | None = None
+        self._expected: set[_Connection] = set()
+        self._all_mergeable = True
         self._answer = answer
         # threads > 0: passes are answered on a pool (a store on object storage waits on the network per lookup:
         # those waits overlap); 0: on the loop thread itself (a local store: nothing to wait for)
@@ -157,11 +168,44 @@ class LaneServer:
     def submit(self, conn: _Connection, body: bytes) -> None:
         """Queue a request; the queue is answered once the loop has read every connection that is ready."""
         self._pending.append((conn, body))
+        if self._mergeable is not None:
+            if self._mergeable(body):
+                conn.merged_at = self._loop.time()
+            else:
+                self._all_mergeable = False
+        if self._held is not None:  # a pass waits for requests about to come: go once they are all here
+            self._expected.discard(conn)
+            if not self._expected or not self._all_mergeable:
+                self._held.cancel()
+                self._held = None
+                self._loop.call_soon(self._drain, True)
+            return
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._drain)
 
-    def _drain(self) -> None:
+    def _hold(self) -> bool:
+        """Whether to hold this pass for a moment: every request in it can share one call, and other connections
+        sent such a request within the last :data:`MERGE_WINDOW_S` and have none in work now (their next one is
+        on its way: a client turns an answer around in ~0.1-0.2 ms, while one call for 4 requests costs little
+        more than for one). The pass goes when they have all sent theirs, at the latest after
+        :data:`MERGE_WAIT_S`; any other request sends it at once."""
+        if self._mergeable is None or not self._all_mergeable or self._stopping:
+            return False
+        now = self._loop.time()
+        expected = {c for c in self.connections if not c.busy and now - c.merged_at < MERGE_WINDOW_S}
+        if not expected:
+            return False
+        self._expected = expected
+        self._held = self._loop.call_later(MERGE_WAIT_S, self._drain, True)
+        return True
+
+    def _drain(self, held: bool = False) -> None:
+        if not held and self._hold():
+            return
+        self._held = None
+        self._expected = set()
+        self._all_mergeable = True
         pending, self._pending = self._pending, []
         self._scheduled = False
         items = [(conn.caller, body) for conn, body in pending]
@@ -208,6 +252,7 @@ class _Connection(asyncio.Protocol):
         self._skipped = 0
         self._timer: asyncio.TimerHandle | None = None
         self.busy = False  # a request of this connection is being answered
+        self.merged_at = float("-inf")  # loop time of its last mergeable request
         self.backlog: deque[bytes] = deque()
         self._stalled = False  # the client does not read its answers
 

@@ -313,6 +313,7 @@ class FlussLakeServer(flight.FlightServerBase):
                     timeout_s=config.request_timeout_s,
                     tls=context,
                     threads=0 if isinstance(self.connection.store, LocalStore) else 8,
+                    mergeable=_mergeable,
                 )
             except OSError as exc:
                 self.shutdown()
@@ -872,6 +873,12 @@ class FlussLakeServer(flight.FlightServerBase):
 
         answer = self._run(str(kind), command.get("table"), work)
         return iter([flight.Result(json.dumps(answer, default=str).encode())])
+
+
+def _mergeable(body: bytes) -> bool:
+    """Whether a lane request is an online-features one (as the client encodes it), which concurrent requests
+    may share a call for; anything else is answered without waiting for company."""
+    return body.startswith(b'{"verb":"online_features"')
 
 
 def _views_key(command: dict) -> str:
