@@ -441,3 +441,45 @@ def test_the_views_of_a_request_are_rebuilt_when_their_table_is(conn, server, tm
         served = FeatureView.from_table(client.get_table(path), features=["tier", "extra"], prefix="c__")
         got = client.online_features(pl.DataFrame({"id": [3, 99]}), [served])
     assert got["c__tier"].to_list() == ["bronze", None] and got["c__extra"].to_list() == [None, None]
+
+
+def test_a_pass_of_mergeable_requests_waits_for_the_connections_about_to_send_theirs(monkeypatch):
+    """Connections that sent a mergeable request recently and have none in work hold a pass of mergeable requests
+    until they have sent theirs (then one `answer` call gets all of them); a lone connection, or any other request,
+    is answered without waiting. The wait limit is set to an hour: a pass held wrongly fails by the socket timeout."""
+    monkeypatch.setattr(lane_module, "MERGE_WINDOW_S", 3600.0)
+    monkeypatch.setattr(lane_module, "MERGE_WAIT_S", 3600.0)
+    passes: list[list[bytes]] = []
+
+    def answer(items):
+        passes.append([body for _, body in items])
+        return [b"re:" + body for _, body in items]
+
+    server = lane_module.LaneServer(host="127.0.0.1", port=0, authenticate=lambda token: None, answer=answer,
+                                    max_frame_bytes=1 << 16, timeout_s=30.0,
+                                    mergeable=lambda body: body.startswith(b"m"))
+    a, b = RawLane(server.port), RawLane(server.port)
+    try:
+        assert a.hello() == (0, b"") and b.hello() == (0, b"")
+        a.send(b"m-a1")  # alone: no other connection has sent a mergeable request yet
+        assert a.answer() == (0, b"re:m-a1")
+        b.send(b"m-b1")  # a sent one and has none in work: b's pass waits for a's next
+        a.send(b"m-a2")
+        assert a.answer() == (0, b"re:m-a2") and b.answer() == (0, b"re:m-b1")
+        assert sorted(passes[-1]) == [b"m-a2", b"m-b1"]  # one pass for both
+        a.send(b"m-a3")  # waits for b ...
+        b.send(b"lookup-b")  # ... whose request cannot share the call: the pass goes at once, with both
+        assert a.answer() == (0, b"re:m-a3") and b.answer() == (0, b"re:lookup-b")
+        assert sorted(passes[-1]) == [b"lookup-b", b"m-a3"]
+        b.close()  # a connection that left is not waited for
+        deadline = time.monotonic() + 10
+        while len(server.connections) > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        a.send(b"m-a4")
+        assert a.answer() == (0, b"re:m-a4") and passes[-1] == [b"m-a4"]
+        a.send(b"x-a5")  # never held
+        assert a.answer() == (0, b"re:x-a5")
+    finally:
+        a.close()
+        b.close()
+        server.stop(drain_s=1)
