@@ -140,6 +140,8 @@ class RemoteConnection:
         headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
         self._options = flight.FlightCallOptions(headers=headers, timeout=timeout)
         self._tables: dict[str, RemoteTable] = {}
+        # the command of a plain online-features request, by its views (immutable objects) and with_status
+        self._online_commands: dict[tuple[int, ...], tuple[list[FeatureView], bytes]] = {}
         self._token = token
         self._timeout = timeout
         self._certs = certs
@@ -293,7 +295,6 @@ class RemoteConnection:
         answer there under `request_id` (default: a new UUID).
         """
         views = [views] if isinstance(views, FeatureView) else list(views)
-        definitions = [v.definition() for v in views]
         if isinstance(entity_rows, pl.DataFrame):
             entities = entity_rows
         else:
@@ -302,14 +303,7 @@ class RemoteConnection:
             entities = _entity_frame(entity_rows)
         log_name = None if log is None else str(getattr(log, "path", log))
         request_id = request_id or (uuid.uuid4().hex if log_name else None)
-        command = encode_command(
-            "online_features",
-            views=definitions,
-            now=None if now is None else as_utc(now, what="now").isoformat(),
-            with_status=with_status,
-            log=log_name,
-            request_id=request_id,
-        )
+        command = self._online_command(views, now, with_status, log_name, request_id)
         # a logged request is not sent twice (a lane connection found closed is retried only for plain reads)
         out = self._exchange("online_features", command, entities, retry=log_name is None)
         if not with_status:
@@ -325,6 +319,34 @@ class RemoteConnection:
             tuple(views),
             request_id,
         )
+
+    def _online_command(
+        self,
+        views: list[FeatureView],
+        now: datetime | date | str | None,
+        with_status: bool,
+        log_name: str | None,
+        request_id: str | None,
+    ) -> bytes:
+        """An online-features command; a plain one (no time, no log) is encoded once per list of views."""
+        plain = now is None and log_name is None and request_id is None
+        key = (*map(id, views), with_status)
+        known = self._online_commands.get(key) if plain else None
+        if known is not None and all(a is b for a, b in zip(known[0], views, strict=True)):
+            return known[1]
+        command = encode_command(
+            "online_features",
+            views=[v.definition() for v in views],
+            now=None if now is None else as_utc(now, what="now").isoformat(),
+            with_status=with_status,
+            log=log_name,
+            request_id=request_id,
+        )
+        if plain:
+            if len(self._online_commands) >= 64:
+                self._online_commands.clear()
+            self._online_commands[key] = (views, command)
+        return command
 
     def __repr__(self) -> str:
         return f"<RemoteConnection {self.url}>"
