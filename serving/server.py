@@ -543,9 +543,7 @@ class FlussLakeServer(flight.FlightServerBase):
         """An exchange verb sent as an action (a small input; see :data:`serving.protocol.UNARY_MAX_BYTES`)."""
         return iter([flight.Result(self._unary_answer(context, body))])
 
-    def _unary_answer(
-        self, context: Any, body: Any, decoded: tuple[dict, pl.DataFrame | None] | None = None
-    ) -> bytes:
+    def _unary_answer(self, context: Any, body: Any, decoded: tuple[dict, pl.DataFrame | None] | None = None) -> bytes:
         """The answer's bytes to an exchange verb's unary body (an action's or a lane frame's; `decoded`: its
         command and rows, when the lane decoded them already)."""
         config = self.config
