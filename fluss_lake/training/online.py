@@ -361,6 +361,8 @@ def _view_values(
     unknown_times = False
     if view.event_time is None and f"{INTERNAL_PREFIX}commit_ms" not in rows.columns:  # not asked for (_lookup)
         assert ttl_us is None
+        if not status:  # every value found counts, and the lookup left the others null: only keys need masking
+            return _output_columns(rows, view, found, found), _NO_STATUS, _NO_TIMES
         value_us = np.zeros(n, dtype=np.int64)
         expired = future = np.zeros(n, dtype=bool)
         unknown_times = True
@@ -393,15 +395,20 @@ def _view_values(
         times = pl.Series(label or "time", pa.array(value_us, pa.timestamp("us", tz="UTC"), mask=times_mask))
     else:
         statuses, times = _NO_STATUS, _NO_TIMES
+    return _output_columns(rows, view, valid, looked_up), statuses, times
+
+
+def _output_columns(rows: pl.DataFrame, view: FeatureView, valid: np.ndarray, looked_up: np.ndarray) -> list[pl.Series]:
+    """A view's feature columns from its looked-up rows, null where the value does not count (`valid` false)."""
     keyed = any(f in view.keys for f in view.features or ())  # a key column is set even where absent
     mask = None if valid.all() or (not keyed and np.array_equal(valid, looked_up)) else pl.Series(valid)
     columns = []
     for feature, name in zip(view.features or (), view.output_names(), strict=True):
         column = rows.get_column(feature).alias(name)
         if mask is not None:  # null where the value does not count (Series ops: no query plan)
-            column = column.zip_with(mask, pl.Series(name, dtype=column.dtype).extend_constant(None, n))
+            column = column.zip_with(mask, pl.Series(name, dtype=column.dtype).extend_constant(None, rows.height))
         columns.append(column)
-    return columns, statuses, times
+    return columns
 
 
 _NO_STATUS = pl.Series("status", [], dtype=STATUS)
