@@ -111,7 +111,7 @@ _READ_STREAM = _polars_stream_reader()
 def read_ipc(data: Any) -> pl.DataFrame:
     """The Polars frame of one Arrow IPC stream (bytes or a buffer)."""
     if _READ_STREAM is not None:
-        return _READ_STREAM(data)  # type: ignore[no-any-return]
+        return _READ_STREAM(data)
     return pl.read_ipc_stream(io.BytesIO(memoryview(data)))
 
 

@@ -497,7 +497,7 @@ _MAKE_SERIES = _series_maker()
 def arrow_series(name: str, array: pa.Array) -> pl.Series:
     """The Polars Series of one Arrow array, as ``pl.Series(name, array)`` gives it, with less overhead."""
     if _MAKE_SERIES is not None and isinstance(array, pa.Array) and not pa.types.is_dictionary(array.type):
-        return _MAKE_SERIES(name, array)  # type: ignore[no-any-return]
+        return _MAKE_SERIES(name, array)
     return pl.Series(name, array)
 
 
