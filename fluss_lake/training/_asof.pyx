@@ -10,7 +10,7 @@ of several views can run side by side in threads.
 """
 
 from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, qsort
 
 import numpy as np
 
@@ -67,14 +67,92 @@ cdef int _grow(Table* table) noexcept nogil:
     return 0
 
 
+cdef struct Record:
+    int64_t time
+    int64_t tiebreak
+    uint32_t row
+
+
+cdef int _by_time(const void* a, const void* b) noexcept nogil:
+    cdef const Record* x = <const Record*>a
+    cdef const Record* y = <const Record*>b
+    if x.time != y.time:
+        return -1 if x.time < y.time else 1
+    if x.tiebreak != y.tiebreak:
+        return -1 if x.tiebreak < y.tiebreak else 1
+    return 0
+
+
+cdef inline bint _before(int64_t t0, int64_t b0, int64_t t1, int64_t b1) noexcept nogil:
+    """Whether (t0, b0) comes strictly before (t1, b1)."""
+    return t0 < t1 or (t0 == t1 and b0 < b1)
+
+
+cdef int _order_keys(const uint32_t* starts, Py_ssize_t keys, uint32_t* order, int64_t* times,
+                     const int64_t* tiebreak) noexcept nogil:
+    """Each key's records (a run ``starts[s]..starts[s+1]`` of `order`/`times`) put in (time, tiebreak) order;
+    without `tiebreak`, by time alone. 1 if two records of a key tie on that order (nothing decides between
+    them), -1 if out of memory, else 0. A run already in order (the usual case: a log) is only checked."""
+    cdef Py_ssize_t s, k, lo, hi, longest = 0
+    cdef Record* scratch = NULL
+    cdef int64_t b0, b1
+    cdef bint sorted_run
+    for s in range(keys):
+        lo, hi = starts[s], starts[s + 1]
+        sorted_run = True
+        for k in range(lo + 1, hi):
+            b0 = tiebreak[order[k - 1]] if tiebreak != NULL else 0
+            b1 = tiebreak[order[k]] if tiebreak != NULL else 0
+            if not _before(times[k - 1], b0, times[k], b1):
+                if times[k - 1] == times[k] and b0 == b1:
+                    free(scratch)
+                    return 1
+                sorted_run = False
+                break
+        if sorted_run:
+            continue
+        if scratch == NULL or hi - lo > longest:
+            free(scratch)
+            longest = hi - lo
+            scratch = <Record*>malloc(longest * sizeof(Record))
+            if scratch == NULL:
+                return -1
+        for k in range(lo, hi):
+            scratch[k - lo].time = times[k]
+            scratch[k - lo].tiebreak = tiebreak[order[k]] if tiebreak != NULL else 0
+            scratch[k - lo].row = order[k]
+        qsort(scratch, hi - lo, sizeof(Record), _by_time)
+        for k in range(lo, hi):
+            if k > lo and _by_time(&scratch[k - lo - 1], &scratch[k - lo]) == 0:
+                free(scratch)
+                return 1
+            times[k] = scratch[k - lo].time
+            order[k] = scratch[k - lo].row
+    free(scratch)
+    return 0
+
+
 def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
-                  const int64_t[::1] right_keys, const int64_t[::1] right_times):
+                  const int64_t[::1] right_keys, const int64_t[::1] right_times,
+                  const int64_t[::1] right_tiebreak=None, *, bint any_order=False):
     """For each left row, the index of the last right row with its key and a time at or before its time:
     ``-1`` if its key's rows are all later, ``-2`` if its key has no right row.
 
-    The right rows of each key must ascend by time (ties: the one to match last); keys and times are any int64.
+    By default the right rows of each key must ascend by time (ties: the one to match last); keys and times are
+    any int64. With `any_order` they may come in any order: each key's rows are ordered by (time,
+    `right_tiebreak`) (by time alone without it), and the result is None if two rows of a key tie on that order
+    (the caller must then order them itself).
     """
     cdef Py_ssize_t n = left_keys.shape[0], m = right_keys.shape[0], i, j, s, lo, hi, mid, first
+    cdef int ordered = 0
+    cdef const int64_t* tiebreak = NULL
+    if right_tiebreak is not None:
+        if not any_order:
+            raise ValueError("asof_backward: right_tiebreak goes with any_order=True")
+        if right_tiebreak.shape[0] != m:
+            raise ValueError("asof_backward: right_tiebreak must have one value per right row")
+        if m:
+            tiebreak = &right_tiebreak[0]
     if m >= 2**32 - 1:
         raise ValueError("asof_backward takes fewer than 2**32 - 1 right rows")
     ids_array = np.empty(m, dtype=np.uint32)  # key ids and positions fit 32 bits: half the memory traffic
@@ -126,6 +204,15 @@ def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
             order[fill[ids[j]]] = <uint32_t>j
             times[fill[ids[j]]] = right_times[j]
             fill[ids[j]] += 1
+        if any_order and m:
+            ordered = _order_keys(&starts[0], table.used, &order[0], &times[0], tiebreak)
+    if ordered:
+        free(table.keys)
+        free(table.ids)
+        if ordered < 0:
+            raise MemoryError("asof_backward: no memory to order the records")
+        return None
+    with nogil:
         for i in range(n):
             key = left_keys[i]
             s = _find(&table, key)

@@ -27,7 +27,7 @@ A history with fewer buckets than N (or a key in two passes' buckets) is chunked
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import date, datetime
@@ -143,8 +143,9 @@ def training_set(
         chunked = _chunked(base, schema, views, unit, key_chunks, prediction)
         return chunked if eager else chunked.lazy()
     if isinstance(entities, pl.DataFrame):  # only row number, keys and time go through the sorts and joins
-        narrow = _join_views(lazy, schema, views, unit, prediction)
-        features = _in_row_order(narrow.select(_ROW, *outputs).collect(engine="in-memory"))
+        narrow, in_order = _join_views(lazy, schema, views, unit, prediction)
+        features = narrow.select(_ROW, *outputs).collect(engine="in-memory")
+        features = features.drop(_ROW) if in_order else _in_row_order(features)
         return pl.concat([entities, features], how="horizontal")
     frame = lazy.with_row_index(_ROW).with_columns(prediction).sort(_TS)  # one plan: the entities are read once
     for i, view in enumerate(views):
@@ -226,21 +227,22 @@ def _narrow(lazy: pl.LazyFrame, views: list[FeatureView], prediction: pl.Expr) -
 
 def _join_views(
     lazy: pl.LazyFrame, schema: pl.Schema, views: list[FeatureView], unit: str, prediction: pl.Expr
-) -> pl.LazyFrame:
-    """Every view joined onto the narrow entity rows (any row order): by the compiled kernel where it applies (the
-    histories read side by side first), else by Polars' as-of join on the rows sorted by prediction time."""
+) -> tuple[pl.LazyFrame, bool]:
+    """Every view joined onto the narrow entity rows: by the compiled kernel where it applies (the histories read
+    side by side first), else by Polars' as-of join on the rows sorted by prediction time; and whether the rows
+    are still in input order (every view joined by the kernel)."""
     specs = [_spec(schema, v, i) for i, v in enumerate(views)]
     fast = [i for i, v in enumerate(views) if _kernel_fits(v, specs[i], schema)]
     if not fast:
         narrow = _narrow(lazy, views, prediction)
         for i, view in enumerate(views):
             narrow = _join_view(narrow, schema, view, i, unit)
-        return narrow
+        return narrow, False
     keys = list(dict.fromkeys(e for v in views for e, _ in v.key_pairs()))
     frame, *rights = pl.collect_all(
         [
             lazy.with_row_index(_ROW).select(_ROW, prediction, *keys),
-            *(_right(views[i], i, unit, specs[i]) for i in fast),
+            *(_kernel_right(views[i], i, unit, specs[i]) for i in fast),
         ],
         engine="in-memory",
     )
@@ -248,7 +250,9 @@ def _join_views(
 
     def joined(i: int) -> pl.DataFrame | None:  # one view's columns in the entity rows' order, or None
         left = frame.with_columns(specs[i].left_casts) if specs[i].left_casts else frame
-        got = _asof_by_int_key(left, given[i], views[i], i, specs[i], every_row=True)
+        got = _asof_by_int_key(
+            left, given[i], views[i], i, specs[i], every_row=True, again=_reader(views[i], i, unit, specs[i])
+        )
         return None if got is None else _masked(got.lazy(), views[i], i).select(views[i].output_names()).collect()
 
     if len(fast) > 1:  # the kernels release the interpreter lock: the views' joins run side by side
@@ -262,7 +266,7 @@ def _join_views(
     for i, view in enumerate(views):  # the rest by Polars' as-of join, on the rows sorted by prediction time
         if i not in done:
             out = _join_view(out.sort(_TS), schema, view, i, unit)
-    return out
+    return out, len(done) == len(views)
 
 
 def _in_row_order(frame: pl.DataFrame) -> pl.DataFrame:
@@ -334,6 +338,8 @@ class _BucketPasses:
     i: int
     spec: _Spec
     reads: list[pl.LazyFrame]
+    readers: list[_Reader]  # each range's records read again, with offsets or in log order, if the kernel needs it
+    kernel: bool  # whether the compiled kernel may join (the reads are then in any order)
     taken: pl.Series  # by row number: the rows joined so far
     pieces: list[pl.DataFrame]
     failed: bool = False
@@ -353,15 +359,21 @@ class _BucketPasses:
         spec = _spec(schema, view, i)
         left = left.with_columns(spec.left_casts) if spec.left_casts else left
         value_rows = pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES)
-        reads = [_right(view, i, unit, spec, rows=value_rows & pl.col(BUCKET).is_between(lo, hi)) for lo, hi in ranges]
+        kernel = _kernel_fits(view, spec, schema)
+        readers = [
+            _reader(view, i, unit, spec, rows=value_rows & pl.col(BUCKET).is_between(lo, hi)) for lo, hi in ranges
+        ]
+        reads = [r("any order" if kernel else "ordered") for r in readers]
         taken = pl.repeat(False, left.height, dtype=pl.Boolean, eager=True)
-        return cls(left, view, i, spec, reads, taken, [])
+        return cls(left, view, i, spec, reads, readers, kernel, taken, [])
 
-    def join(self, right: pl.DataFrame) -> pl.LazyFrame:
-        """The entity rows whose key has a record in `right` (one range's records), joined with it."""
-        fast = _asof_by_int_key(self.left, right, self.view, self.i, self.spec)
-        if fast is not None:
-            return _masked(fast.lazy(), self.view, self.i).select(_ROW, *self.view.output_names())
+    def join(self, c: int, right: pl.DataFrame) -> pl.LazyFrame:
+        """The entity rows whose key has a record in `right` (range `c`'s records), joined with it."""
+        if self.kernel:
+            fast = _asof_by_int_key(self.left, right, self.view, self.i, self.spec, again=self.readers[c])
+            if fast is not None:
+                return _masked(fast.lazy(), self.view, self.i).select(_ROW, *self.view.output_names())
+            right = self.readers[c]("ordered").collect(engine="in-memory")  # the kernel's read does not fit Polars
         joined = _join_right(_with_key_in(self.left, right, self.spec), right.lazy(), self.view, self.i, self.spec)
         return joined.select(_ROW, *self.view.output_names())
 
@@ -395,7 +407,7 @@ def _run_passes(views: list[_BucketPasses]) -> None:
         while k < len(tasks):
             view = tasks[k][0]
             nxt = next((j for j in range(k + 1, len(tasks)) if not tasks[j][0].failed), None)
-            joining = pool.submit(_joined, view, right)  # type: ignore[arg-type]
+            joining = pool.submit(_joined, view, tasks[k][1], right)  # type: ignore[arg-type]
             if nxt is not None:
                 right = tasks[nxt][0].reads[tasks[nxt][1]].collect(engine="in-memory")
             view.add(joining.result())
@@ -409,9 +421,9 @@ def _run_passes(views: list[_BucketPasses]) -> None:
             k = nxt
 
 
-def _joined(view: _BucketPasses, right: pl.DataFrame) -> pl.DataFrame:
-    """One range of a view joined (run in a thread beside the next range's read)."""
-    return view.join(right).collect(engine="in-memory")
+def _joined(view: _BucketPasses, c: int, right: pl.DataFrame) -> pl.DataFrame:
+    """Range `c` of a view joined (run in a thread beside the next range's read)."""
+    return view.join(c, right).collect(engine="in-memory")
 
 
 def _with_key_in(left: pl.DataFrame, right: pl.DataFrame, spec: _Spec) -> pl.LazyFrame:
@@ -529,6 +541,53 @@ def _right(view: FeatureView, i: int, unit: str, spec: _Spec, *, rows: pl.Expr |
     )  # within a key: the full tie order
 
 
+def _kernel_right(
+    view: FeatureView, i: int, unit: str, spec: _Spec, *, rows: pl.Expr | None = None, offsets: bool | None = None
+) -> pl.LazyFrame:
+    """The view's records `rows` selects (default: the value records) as the compiled kernel reads them, in any
+    order: keys, the delete flag, the time the as-of join matches on and the values, and in commit-time mode the
+    offsets that order a key's records of equal commit time (`offsets`; default: only from a frame in memory,
+    where they cost no decoding: a scan reads them again if a key has records of equal time)."""
+    ct, tn = f"{_INTERNAL}ct{i}", f"{_INTERNAL}t{i}"
+    history = view.history.lazy().filter(pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES) if rows is None else rows)
+    commit = time_expr(TIMESTAMP, view.schema[TIMESTAMP], unit=unit, what=f"{view.label} {TIMESTAMP}")
+    values = [pl.col(f).alias(n) for f, n in zip(view.features or (), view.output_names(), strict=True)]
+    if view.event_time is None:
+        with_offsets = isinstance(view.history, pl.DataFrame) if offsets is None else offsets
+        return history.select(
+            *spec.right_keys,
+            (pl.col(CHANGE_TYPE) == "-D").alias(ct),
+            commit.alias(tn),
+            *values,
+            *([OFFSET] if with_offsets else []),
+        )
+    event = time_expr(
+        view.event_time,
+        view.schema[view.event_time],
+        unit=unit,
+        what=f"{view.label} event time column {view.event_time!r}",
+    )
+    effective = pl.when(pl.col(CHANGE_TYPE) == "-D").then(pl.max_horizontal(commit, event)).otherwise(event)
+    return history.select(
+        *spec.right_keys, (pl.col(CHANGE_TYPE) == "-D").alias(ct), effective.alias(tn), *values
+    ).filter(pl.col(tn).is_not_null())
+
+
+_Reader = Callable[[str], pl.LazyFrame]
+
+
+def _reader(view: FeatureView, i: int, unit: str, spec: _Spec, *, rows: pl.Expr | None = None) -> _Reader:
+    """The view's records `rows` selects, read as asked: ``"any order"`` (:func:`_kernel_right`), ``"offsets"``
+    (the same with the offsets) or ``"ordered"`` (:func:`_right`: each key's records in their order)."""
+
+    def read(kind: str) -> pl.LazyFrame:
+        if kind == "ordered":
+            return _right(view, i, unit, spec, rows=rows)
+        return _kernel_right(view, i, unit, spec, rows=rows, offsets=True if kind == "offsets" else None)
+
+    return read
+
+
 def _join_right(frame: pl.LazyFrame, right: pl.LazyFrame, view: FeatureView, i: int, spec: _Spec) -> pl.LazyFrame:
     """The as-of join of the time-sorted entity frame (with the cast keys) and `right`, deleted or expired values
     nulled out."""
@@ -571,13 +630,24 @@ def _kernel_fits(view: FeatureView, spec: _Spec, schema: pl.Schema) -> bool:
 
 
 def _asof_by_int_key(
-    left: pl.DataFrame, right: pl.DataFrame, view: FeatureView, i: int, spec: _Spec, *, every_row: bool = False
+    left: pl.DataFrame,
+    right: pl.DataFrame,
+    view: FeatureView,
+    i: int,
+    spec: _Spec,
+    *,
+    every_row: bool = False,
+    again: _Reader | None = None,
 ) -> pl.DataFrame | None:
     """The entity rows whose key has a record in `right` (`every_row`: all of them), each with the columns of its
     key's last record at or before its time (nulls if none): what ``join_asof`` (+ :func:`_with_key_in`) gives,
     computed by the compiled kernel (:mod:`fluss_lake.training._asof`) when the join is on one integer key column
-    and nothing is null; the rows keep their order. None otherwise (the caller joins with Polars). `right` is in
-    each key's record order (:func:`_in_log_order`)."""
+    and nothing is null; the rows keep their order. None otherwise (the caller joins with Polars).
+
+    Without `again`, `right` is in each key's record order (:func:`_in_log_order`). With it, `right` is as
+    :func:`_kernel_right` reads it (any order) and the kernel orders each key's records by time; where a key has
+    records of equal time, `again` reads them again with the offsets that order them (commit-time mode), or
+    failing that in log order (:func:`_right`)."""
     tn = f"{_INTERNAL}t{i}"
     if (view.event_time is not None and view.committed_only) or len(spec.by_left) != 1:
         return None
@@ -588,14 +658,46 @@ def _asof_by_int_key(
     left_time, right_time = left.get_column(_TS), right.get_column(tn)
     if left_key.null_count() or left_time.null_count() or right_key.null_count() or right_time.null_count():
         return None
-    found = pl.Series(
-        _asof.asof_backward(
-            left_key.cast(pl.Int64).to_numpy(),
-            left_time.to_physical().cast(pl.Int64).to_numpy(),
+    left_keys = left_key.cast(pl.Int64).to_numpy()
+    left_times = left_time.to_physical().cast(pl.Int64).to_numpy()
+    found = None
+    tries = (
+        []
+        if again is None
+        else [right, "offsets"]
+        if OFFSET not in right.columns and view.event_time is None
+        else [right]
+    )
+    for attempt in tries:  # each key's records in any order: the kernel orders them, None if it cannot
+        if isinstance(attempt, str):
+            right = again(attempt).collect(engine="in-memory")  # type: ignore[misc]
+        tiebreak = right.get_column(OFFSET) if OFFSET in right.columns else None
+        if tiebreak is not None and tiebreak.null_count():
+            break
+        found = _asof.asof_backward(
+            left_keys,
+            left_times,
+            right.get_column(rk).cast(pl.Int64).to_numpy(),
+            right.get_column(tn).to_physical().cast(pl.Int64).to_numpy(),
+            None if tiebreak is None else tiebreak.cast(pl.Int64).to_numpy(),
+            any_order=True,
+        )
+        if found is not None:
+            break
+    if found is None and again is not None:  # ties the offsets cannot break: each key's records in log order
+        right = again("ordered").collect(engine="in-memory")
+        right_key, right_time = right.get_column(rk), right.get_column(tn)
+        if right_key.null_count() or right_time.null_count():
+            return None
+    if found is None:
+        found = _asof.asof_backward(
+            left_keys,
+            left_times,
             right_key.cast(pl.Int64).to_numpy(),
             right_time.to_physical().cast(pl.Int64).to_numpy(),
         )
-    )
+    right = right.drop(OFFSET) if OFFSET in right.columns else right
+    found = pl.Series(found)
     if every_row:
         rows = found
     else:  # -2: no record of the key in `right` (another range's key); -1: none at or before the row's time
