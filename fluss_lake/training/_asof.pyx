@@ -9,8 +9,8 @@ of either side, and the entity rows stay in their order. The loops run without t
 of several views can run side by side in threads.
 """
 
-from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.stdlib cimport free, malloc, qsort
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, qsort
 
 import numpy as np
 
@@ -132,6 +132,178 @@ cdef int _order_keys(const uint32_t* starts, Py_ssize_t keys, uint32_t* order, i
     return 0
 
 
+cdef int _insert_all(Table* table, const int64_t* keys, Py_ssize_t n, uint32_t* ids) noexcept nogil:
+    """Each of `n` keys' id (in order of first appearance), inserted into `table`; -1 if out of memory."""
+    cdef Py_ssize_t j, i
+    cdef int64_t key
+    for j in range(n):
+        key = keys[j]
+        i = _find(table, key)
+        if table.ids[i] < 0:
+            if 2 * (table.used + 1) > table.capacity:  # keep the table at most half full
+                if _grow(table) < 0:
+                    return -1
+                i = _find(table, key)
+            table.keys[i] = key
+            table.ids[i] = table.used
+            table.used += 1
+        ids[j] = <uint32_t>table.ids[i]
+    return 0
+
+
+cdef void _sort_run(int64_t* times, uint32_t* rows, Py_ssize_t count, Record* scratch) noexcept nogil:
+    """`count` (time, row) pairs sorted by time (ties in any order): insertion sort for short runs, else qsort."""
+    cdef Py_ssize_t k, h
+    cdef int64_t t
+    cdef uint32_t r
+    if count <= 24:
+        for k in range(1, count):
+            t, r = times[k], rows[k]
+            h = k
+            while h > 0 and times[h - 1] > t:
+                times[h], rows[h] = times[h - 1], rows[h - 1]
+                h -= 1
+            times[h], rows[h] = t, r
+        return
+    for k in range(count):
+        scratch[k].time, scratch[k].tiebreak, scratch[k].row = times[k], 0, rows[k]
+    qsort(scratch, count, sizeof(Record), _by_time)
+    for k in range(count):
+        times[k], rows[k] = scratch[k].time, scratch[k].row
+
+
+cdef struct KeyState:
+    int64_t last  # the key's latest right row so far (-1: none yet)
+    int64_t last_time  # its time
+    uint32_t next  # the key's next left row to answer (a position in the grouped left rows)
+    uint32_t end  # one past the key's last left row
+
+
+cdef int _sweep(const int64_t* left_keys, const int64_t* left_times, Py_ssize_t n,
+                const int64_t* right_keys, const int64_t* right_times, const int64_t* tiebreak, Py_ssize_t m,
+                bint check, int64_t* out) noexcept nogil:
+    """The as-of join in one pass over the right rows in their order, without grouping them: the left rows are
+    grouped by key and sorted by time within a key, then each right row of a key answers that key's left rows
+    earlier than it with the key's previous record. Left keys spanning a small range are looked up by position,
+    others in a hash table. 1 when done; 0 if `check` and a key's right rows do not ascend by (time,
+    `tiebreak`) (strictly; by time alone without `tiebreak`): the caller must order them; -1 if out of memory."""
+    cdef Table table
+    cdef Py_ssize_t i, j, s, k, end, longest = 0, keys = 0, span = 0
+    cdef int status = 1
+    cdef int64_t t, previous, low = left_keys[0], high = left_keys[0], key
+    cdef uint32_t* ids = <uint32_t*>malloc(n * sizeof(uint32_t))
+    cdef int32_t* direct = NULL  # by key - low: the key's id, -1 if no left row has it
+    cdef uint32_t* starts = NULL
+    cdef uint32_t* rows = NULL
+    cdef int64_t* times = NULL
+    cdef KeyState* state = NULL
+    cdef KeyState* st
+    cdef Record* scratch = NULL
+    table.keys = NULL
+    table.ids = NULL
+    table.used = 0
+    for i in range(1, n):
+        if left_keys[i] < low:
+            low = left_keys[i]
+        elif left_keys[i] > high:
+            high = left_keys[i]
+    if <uint64_t>high - <uint64_t>low < <uint64_t>(4 * n + 4096):  # dense keys: a plain array, no hashing
+        span = <Py_ssize_t>(<uint64_t>high - <uint64_t>low) + 1
+        direct = <int32_t*>malloc(span * sizeof(int32_t))
+    if ids == NULL or (span and direct == NULL):
+        status = -1
+    elif span:
+        for i in range(span):
+            direct[i] = -1
+        for i in range(n):
+            k = <Py_ssize_t>(<uint64_t>left_keys[i] - <uint64_t>low)
+            if direct[k] < 0:
+                direct[k] = <int32_t>keys
+                keys += 1
+            ids[i] = <uint32_t>direct[k]
+    elif _allocate(&table, 16, 64 - 4) < 0 or _insert_all(&table, left_keys, n, ids) < 0:
+        status = -1
+    else:
+        keys = table.used
+    if status == 1:
+        starts = <uint32_t*>calloc(keys + 1, sizeof(uint32_t))
+        rows = <uint32_t*>malloc(n * sizeof(uint32_t))
+        times = <int64_t*>malloc(n * sizeof(int64_t))
+        state = <KeyState*>malloc(keys * sizeof(KeyState))
+        if starts == NULL or rows == NULL or times == NULL or state == NULL:
+            status = -1
+    if status == 1:
+        for i in range(n):  # a counting sort of the left rows by key, then each key's rows by time
+            starts[ids[i] + 1] += 1
+        for s in range(keys):
+            starts[s + 1] += starts[s]
+            state[s].next = starts[s]
+            longest = max(longest, starts[s + 1] - starts[s])
+        for i in range(n):
+            st = &state[ids[i]]
+            rows[st.next] = <uint32_t>i
+            times[st.next] = left_times[i]
+            st.next += 1
+        if longest > 24:
+            scratch = <Record*>malloc(longest * sizeof(Record))
+            if scratch == NULL:
+                status = -1
+    if status == 1:
+        for s in range(keys):
+            k = starts[s]
+            end = starts[s + 1]
+            while k + 1 < end and times[k] <= times[k + 1]:
+                k += 1
+            if k + 1 < end:
+                _sort_run(&times[starts[s]], &rows[starts[s]], end - starts[s], scratch)
+            state[s].next = starts[s]
+            state[s].end = <uint32_t>end
+            state[s].last = -1
+        for j in range(m):  # the right rows in their order: each answers its key's left rows before it
+            key = right_keys[j]
+            if span:
+                if key < low or key > high:
+                    continue
+                s = direct[<Py_ssize_t>(<uint64_t>key - <uint64_t>low)]
+                if s < 0:
+                    continue  # no left row has this key
+            else:
+                i = _find(&table, key)
+                if table.ids[i] < 0:
+                    continue
+                s = table.ids[i]
+            st = &state[s]
+            t = right_times[j]
+            previous = st.last
+            if check and previous >= 0:
+                if t < st.last_time or (t == st.last_time and (tiebreak == NULL or tiebreak[j] <= tiebreak[previous])):
+                    status = 0
+                    break
+            k = st.next
+            if k < st.end and times[k] < t:
+                while k < st.end and times[k] < t:
+                    out[rows[k]] = previous if previous >= 0 else BEFORE
+                    k += 1
+                st.next = <uint32_t>k
+            st.last = j
+            st.last_time = t
+    if status == 1:
+        for s in range(keys):  # the rows at or after a key's last record (or of a key without records)
+            previous = state[s].last if state[s].last >= 0 else ABSENT
+            for k in range(state[s].next, state[s].end):
+                out[rows[k]] = previous
+    free(ids)
+    free(direct)
+    free(starts)
+    free(rows)
+    free(times)
+    free(state)
+    free(scratch)
+    free(table.keys)
+    free(table.ids)
+    return status
+
+
 def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
                   const int64_t[::1] right_keys, const int64_t[::1] right_times,
                   const int64_t[::1] right_tiebreak=None, *, bint any_order=False):
@@ -153,8 +325,23 @@ def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
             raise ValueError("asof_backward: right_tiebreak must have one value per right row")
         if m:
             tiebreak = &right_tiebreak[0]
-    if m >= 2**32 - 1:
-        raise ValueError("asof_backward takes fewer than 2**32 - 1 right rows")
+    if m >= 2**32 - 1 or n >= 2**32 - 1:
+        raise ValueError("asof_backward takes fewer than 2**32 - 1 rows a side")
+    out_array = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] out = out_array
+    cdef int swept = 1
+    if n == 0:
+        return out_array
+    if m == 0:
+        out_array.fill(ABSENT)
+        return out_array
+    with nogil:  # the usual case, each key's records already in order: one pass, nothing grouped
+        swept = _sweep(&left_keys[0], &left_times[0], n, &right_keys[0], &right_times[0], tiebreak, m, any_order,
+                       &out[0])
+    if swept < 0:
+        raise MemoryError("asof_backward: no memory for the key table")
+    if swept == 1:
+        return out_array
     ids_array = np.empty(m, dtype=np.uint32)  # key ids and positions fit 32 bits: half the memory traffic
     cdef uint32_t[::1] ids = ids_array
     cdef Table table
@@ -188,12 +375,10 @@ def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
     fill_array = np.empty(table.used, dtype=np.uint32)
     order_array = np.empty(m, dtype=np.uint32)
     times_array = np.empty(m, dtype=np.int64)  # the right times in key order: the searches read them in a row
-    out_array = np.empty(n, dtype=np.int64)
     cdef uint32_t[::1] starts = starts_array
     cdef uint32_t[::1] fill = fill_array
     cdef uint32_t[::1] order = order_array
     cdef int64_t[::1] times = times_array
-    cdef int64_t[::1] out = out_array
     with nogil:
         for j in range(m):  # a counting sort of the right rows by key id, stable: a key's rows keep their order
             starts[ids[j] + 1] += 1
