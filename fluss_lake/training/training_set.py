@@ -671,6 +671,8 @@ def _asof_by_int_key(
     for attempt in tries:  # each key's records in any order: the kernel orders them, None if it cannot
         if isinstance(attempt, str):
             right = again(attempt).collect(engine="in-memory")  # type: ignore[misc]
+        # one chunk (a scan gives one per row group): the gather of the matched rows below is about 4x as fast
+        right = right.rechunk()
         tiebreak = right.get_column(OFFSET) if OFFSET in right.columns else None
         if tiebreak is not None and tiebreak.null_count():
             break
