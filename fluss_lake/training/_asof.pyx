@@ -182,17 +182,22 @@ cdef struct KeyState:
 cdef int _sweep(const int64_t* left_keys, const int64_t* left_times, Py_ssize_t n,
                 const int64_t* right_keys, const int64_t* right_times, const int64_t* tiebreak, Py_ssize_t m,
                 bint check, int64_t* out) noexcept nogil:
-    """The as-of join in one pass over the right rows in their order, without grouping them: the left rows are
-    grouped by key and sorted by time within a key, then each right row of a key answers that key's left rows
-    earlier than it with the key's previous record. Left keys spanning a small range are looked up by position,
-    others in a hash table. 1 when done; 0 if `check` and a key's right rows do not ascend by (time,
-    `tiebreak`) (strictly; by time alone without `tiebreak`): the caller must order them; -1 if out of memory."""
+    """The as-of join in one pass over the right rows in their order, without grouping them.
+
+    The right keys get ids (by position if they span a small range, else in a hash table); the left rows whose
+    key has right rows are grouped by key and sorted by time within a key (the others have no record: ABSENT, so
+    a pass over one range of a history touches only its keys' rows); then each right row of a key answers that
+    key's left rows earlier than it with the key's previous record. 1 when done; 0 if `check` and a key's right
+    rows do not ascend by (time, `tiebreak`) (strictly; by time alone without `tiebreak`): the caller must order
+    them; -1 if out of memory."""
     cdef Table table
-    cdef Py_ssize_t i, j, s, k, end, longest = 0, keys = 0, span = 0
+    cdef Py_ssize_t i, j, s, k, end, longest = 0, ids = 0, groups = 0, span = 0, matched = 0
     cdef int status = 1
-    cdef int64_t t, previous, low = left_keys[0], high = left_keys[0], key
-    cdef uint32_t* ids = <uint32_t*>malloc(n * sizeof(uint32_t))
-    cdef int32_t* direct = NULL  # by key - low: the key's id, -1 if no left row has it
+    cdef int64_t t, previous, low = right_keys[0], high = right_keys[0], key
+    cdef uint32_t* right_ids = <uint32_t*>malloc(m * sizeof(uint32_t))
+    cdef int32_t* direct = NULL  # by key - low: the key's id, -1 if no right row has it
+    cdef int32_t* group = NULL  # by key id: the key's group of left rows, -1 if none
+    cdef uint32_t* left_groups = <uint32_t*>malloc(n * sizeof(uint32_t))
     cdef uint32_t* starts = NULL
     cdef uint32_t* rows = NULL
     cdef int64_t* times = NULL
@@ -202,54 +207,80 @@ cdef int _sweep(const int64_t* left_keys, const int64_t* left_times, Py_ssize_t 
     table.keys = NULL
     table.ids = NULL
     table.used = 0
-    for i in range(1, n):
-        if left_keys[i] < low:
-            low = left_keys[i]
-        elif left_keys[i] > high:
-            high = left_keys[i]
-    if <uint64_t>high - <uint64_t>low < <uint64_t>(4 * n + 4096):  # dense keys: a plain array, no hashing
+    for j in range(1, m):
+        if right_keys[j] < low:
+            low = right_keys[j]
+        elif right_keys[j] > high:
+            high = right_keys[j]
+    if <uint64_t>high - <uint64_t>low < <uint64_t>(4 * m + 4096):  # dense keys: a plain array, no hashing
         span = <Py_ssize_t>(<uint64_t>high - <uint64_t>low) + 1
         direct = <int32_t*>malloc(span * sizeof(int32_t))
-    if ids == NULL or (span and direct == NULL):
+    if right_ids == NULL or left_groups == NULL or (span and direct == NULL):
         status = -1
     elif span:
         for i in range(span):
             direct[i] = -1
-        for i in range(n):
-            k = <Py_ssize_t>(<uint64_t>left_keys[i] - <uint64_t>low)
+        for j in range(m):
+            k = <Py_ssize_t>(<uint64_t>right_keys[j] - <uint64_t>low)
             if direct[k] < 0:
-                direct[k] = <int32_t>keys
-                keys += 1
-            ids[i] = <uint32_t>direct[k]
-    elif _allocate(&table, 16, 64 - 4) < 0 or _insert_all(&table, left_keys, n, ids) < 0:
+                direct[k] = <int32_t>ids
+                ids += 1
+            right_ids[j] = <uint32_t>direct[k]
+    elif _allocate(&table, 16, 64 - 4) < 0 or _insert_all(&table, right_keys, m, right_ids) < 0:
         status = -1
     else:
-        keys = table.used
+        ids = table.used
     if status == 1:
-        starts = <uint32_t*>calloc(keys + 1, sizeof(uint32_t))
-        rows = <uint32_t*>malloc(n * sizeof(uint32_t))
-        times = <int64_t*>malloc(n * sizeof(int64_t))
-        state = <KeyState*>malloc(keys * sizeof(KeyState))
+        group = <int32_t*>malloc(ids * sizeof(int32_t))
+        if group == NULL:
+            status = -1
+    if status == 1:
+        for s in range(ids):
+            group[s] = -1
+        for i in range(n):  # each left row's group (its key's, numbered as first seen), or no record at all
+            key = left_keys[i]
+            s = -1
+            if span:
+                if key >= low and key <= high:
+                    s = direct[<Py_ssize_t>(<uint64_t>key - <uint64_t>low)]
+            else:
+                k = _find(&table, key)
+                s = table.ids[k]
+            if s < 0:
+                out[i] = ABSENT
+                left_groups[i] = <uint32_t>-1
+                continue
+            if group[s] < 0:
+                group[s] = <int32_t>groups
+                groups += 1
+            left_groups[i] = <uint32_t>group[s]
+            matched += 1
+        starts = <uint32_t*>calloc(groups + 1, sizeof(uint32_t))
+        rows = <uint32_t*>malloc((matched + 1) * sizeof(uint32_t))
+        times = <int64_t*>malloc((matched + 1) * sizeof(int64_t))
+        state = <KeyState*>malloc((groups + 1) * sizeof(KeyState))
         if starts == NULL or rows == NULL or times == NULL or state == NULL:
             status = -1
     if status == 1:
-        for i in range(n):  # a counting sort of the left rows by key, then each key's rows by time
-            starts[ids[i] + 1] += 1
-        for s in range(keys):
+        for i in range(n):  # a counting sort of the matched left rows by key, then each key's rows by time
+            if left_groups[i] != <uint32_t>-1:
+                starts[left_groups[i] + 1] += 1
+        for s in range(groups):
             starts[s + 1] += starts[s]
             state[s].next = starts[s]
             longest = max(longest, starts[s + 1] - starts[s])
         for i in range(n):
-            st = &state[ids[i]]
-            rows[st.next] = <uint32_t>i
-            times[st.next] = left_times[i]
-            st.next += 1
+            if left_groups[i] != <uint32_t>-1:
+                st = &state[left_groups[i]]
+                rows[st.next] = <uint32_t>i
+                times[st.next] = left_times[i]
+                st.next += 1
         if longest > 24:
             scratch = <Record*>malloc(longest * sizeof(Record))
             if scratch == NULL:
                 status = -1
     if status == 1:
-        for s in range(keys):
+        for s in range(groups):
             k = starts[s]
             end = starts[s + 1]
             while k + 1 < end and times[k] <= times[k + 1]:
@@ -260,18 +291,9 @@ cdef int _sweep(const int64_t* left_keys, const int64_t* left_times, Py_ssize_t 
             state[s].end = <uint32_t>end
             state[s].last = -1
         for j in range(m):  # the right rows in their order: each answers its key's left rows before it
-            key = right_keys[j]
-            if span:
-                if key < low or key > high:
-                    continue
-                s = direct[<Py_ssize_t>(<uint64_t>key - <uint64_t>low)]
-                if s < 0:
-                    continue  # no left row has this key
-            else:
-                i = _find(&table, key)
-                if table.ids[i] < 0:
-                    continue
-                s = table.ids[i]
+            s = group[right_ids[j]]
+            if s < 0:
+                continue  # no left row has this key
             st = &state[s]
             t = right_times[j]
             previous = st.last
@@ -288,12 +310,14 @@ cdef int _sweep(const int64_t* left_keys, const int64_t* left_times, Py_ssize_t 
             st.last = j
             st.last_time = t
     if status == 1:
-        for s in range(keys):  # the rows at or after a key's last record (or of a key without records)
-            previous = state[s].last if state[s].last >= 0 else ABSENT
+        for s in range(groups):  # the rows at or after a key's last record
+            previous = state[s].last
             for k in range(state[s].next, state[s].end):
                 out[rows[k]] = previous
-    free(ids)
+    free(right_ids)
     free(direct)
+    free(group)
+    free(left_groups)
     free(starts)
     free(rows)
     free(times)
