@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import polars as pl
 
 from fluss_lake._utils.arguments import check_int
@@ -273,11 +274,10 @@ def _in_row_order(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame`, which holds every row number ``0..n-1`` once in any order, in row-number order without the row
     number: one gather by the inverse permutation (a scatter), not a sort."""
     frame = frame.rechunk()  # a gather from one chunk is twice as fast
-    index = pl.get_index_type()  # the dtype of with_row_index
-    inverse = pl.zeros(frame.height, dtype=index, eager=True).scatter(
-        frame.get_column(_ROW), pl.int_range(frame.height, dtype=index, eager=True)
-    )
-    return frame.drop(_ROW).select(pl.all().gather(inverse))
+    rows = frame.get_column(_ROW).to_numpy()
+    inverse = np.empty(frame.height, dtype=rows.dtype)
+    inverse[rows] = np.arange(frame.height, dtype=rows.dtype)  # numpy's scatter: faster than Series.scatter
+    return frame.drop(_ROW).select(pl.all().gather(pl.Series(inverse)))
 
 
 def _chunk_of(columns: list[tuple[str, pl.DataType]], chunks: int) -> pl.Expr:
