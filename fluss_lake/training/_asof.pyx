@@ -445,3 +445,218 @@ def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
     free(table.keys)
     free(table.ids)
     return out_array
+
+
+def group_left(const int64_t[::1] left_keys, const int64_t[::1] left_times):
+    """The left rows grouped by key, each key's rows by time, for :func:`asof_grouped` (passes over parts of a
+    history join the same left rows: grouped once, each pass then looks up keys, not rows): ``(keys, starts,
+    rows, times)``: the distinct keys; where each one's rows begin in `rows`/`times` (one more at the end); the
+    row numbers; their times."""
+    cdef Py_ssize_t n = left_keys.shape[0], i, s, k, end, longest = 0
+    if n >= 2**32 - 1:
+        raise ValueError("group_left takes fewer than 2**32 - 1 rows")
+    ids_array = np.empty(n, dtype=np.uint32)
+    cdef uint32_t[::1] ids = ids_array
+    cdef Table table
+    table.keys = NULL
+    table.ids = NULL
+    table.used = 0
+    cdef int failed = 0
+    with nogil:
+        failed = _allocate(&table, 16, 64 - 4)
+        if not failed and n:
+            failed = _insert_all(&table, &left_keys[0], n, &ids[0])
+    if failed:
+        free(table.keys)
+        free(table.ids)
+        raise MemoryError("group_left: no memory for the key table")
+    cdef Py_ssize_t groups = table.used
+    keys_array = np.empty(groups, dtype=np.int64)
+    starts_array = np.zeros(groups + 1, dtype=np.uint32)
+    fill_array = np.empty(groups, dtype=np.uint32)
+    rows_array = np.empty(n, dtype=np.uint32)
+    times_array = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] keys = keys_array
+    cdef uint32_t[::1] starts = starts_array
+    cdef uint32_t[::1] fill = fill_array
+    cdef uint32_t[::1] rows = rows_array
+    cdef int64_t[::1] times = times_array
+    cdef Record* scratch = NULL
+    with nogil:
+        for i in range(n):
+            starts[ids[i] + 1] += 1
+            keys[ids[i]] = left_keys[i]
+        for s in range(groups):
+            starts[s + 1] += starts[s]
+            fill[s] = starts[s]
+            longest = max(longest, starts[s + 1] - starts[s])
+        for i in range(n):
+            rows[fill[ids[i]]] = <uint32_t>i
+            times[fill[ids[i]]] = left_times[i]
+            fill[ids[i]] += 1
+        if longest > 24:
+            scratch = <Record*>malloc(longest * sizeof(Record))
+            if scratch == NULL:
+                failed = 1
+        if not failed:
+            for s in range(groups):
+                k = starts[s]
+                end = starts[s + 1]
+                while k + 1 < end and times[k] <= times[k + 1]:
+                    k += 1
+                if k + 1 < end:
+                    _sort_run(&times[starts[s]], &rows[starts[s]], end - starts[s], scratch)
+        free(scratch)
+    free(table.keys)
+    free(table.ids)
+    if failed:
+        raise MemoryError("group_left: no memory to sort the rows")
+    return keys_array, starts_array, rows_array, times_array
+
+
+def asof_grouped(grouped, const int64_t[::1] right_keys, const int64_t[::1] right_times,
+                 const int64_t[::1] right_tiebreak=None):
+    """:func:`asof_backward` with ``any_order=True`` for the left rows :func:`group_left` grouped, in one pass
+    over the right rows in their order, for the left rows whose key has right rows only: ``(rows, found)``, the
+    left row numbers (grouped by key) and the index of each one's last right row at or before its time (-1:
+    none). None if a key's right rows do not ascend strictly by (time, `right_tiebreak`) (by time alone without
+    it): the caller then orders them (:func:`asof_backward`)."""
+    cdef const int64_t[::1] keys = grouped[0]
+    cdef const uint32_t[::1] starts = grouped[1]
+    cdef const uint32_t[::1] rows = grouped[2]
+    cdef const int64_t[::1] times = grouped[3]
+    cdef Py_ssize_t groups = keys.shape[0], m = right_keys.shape[0], i, j, s, k, span = 0, ids = 0, matched = 0
+    cdef const int64_t* tiebreak = NULL
+    if right_tiebreak is not None:
+        if right_tiebreak.shape[0] != m:
+            raise ValueError("asof_grouped: right_tiebreak must have one value per right row")
+        if m:
+            tiebreak = &right_tiebreak[0]
+    if m >= 2**32 - 1:
+        raise ValueError("asof_grouped takes fewer than 2**32 - 1 right rows")
+    if m == 0 or groups == 0:
+        return np.empty(0, dtype=np.uint32), np.empty(0, dtype=np.int64)
+    cdef Table table
+    table.keys = NULL
+    table.ids = NULL
+    table.used = 0
+    cdef int status = 1
+    cdef int64_t low = right_keys[0], high = right_keys[0], key, t, previous, base
+    right_ids_array = np.empty(m, dtype=np.uint32)
+    cdef uint32_t[::1] right_ids = right_ids_array
+    cdef int32_t* direct = NULL
+    cdef int32_t* group = NULL  # by right key id: the left group with that key, -1 if none
+    cdef KeyState* state = NULL
+    cdef KeyState* st
+    cdef uint32_t* out_rows = NULL
+    cdef int64_t* found = NULL
+    cdef int64_t* compact_times = NULL  # the answered rows' times, in result order: the sweep reads them near
+    cdef Py_ssize_t answered = 0, c
+    with nogil:
+        for j in range(1, m):
+            if right_keys[j] < low:
+                low = right_keys[j]
+            elif right_keys[j] > high:
+                high = right_keys[j]
+        if <uint64_t>high - <uint64_t>low < <uint64_t>(4 * m + 4096):  # dense keys: a plain array, no hashing
+            span = <Py_ssize_t>(<uint64_t>high - <uint64_t>low) + 1
+            direct = <int32_t*>malloc(span * sizeof(int32_t))
+            if direct == NULL:
+                status = -1
+            else:
+                for i in range(span):
+                    direct[i] = -1
+                for j in range(m):
+                    k = <Py_ssize_t>(<uint64_t>right_keys[j] - <uint64_t>low)
+                    if direct[k] < 0:
+                        direct[k] = <int32_t>ids
+                        ids += 1
+                    right_ids[j] = <uint32_t>direct[k]
+        elif _allocate(&table, 16, 64 - 4) < 0 or _insert_all(&table, &right_keys[0], m, &right_ids[0]) < 0:
+            status = -1
+        else:
+            ids = table.used
+        if status == 1:
+            group = <int32_t*>malloc((ids + 1) * sizeof(int32_t))
+            state = <KeyState*>malloc((ids + 1) * sizeof(KeyState))  # by answered key, at most one per right key
+            if group == NULL or state == NULL:
+                status = -1
+        if status == 1:
+            for s in range(ids):
+                group[s] = -1
+            for s in range(groups):  # each left key's right key id: only the keys with right rows are answered
+                key = keys[s]
+                i = -1
+                if span:
+                    if key >= low and key <= high:
+                        i = direct[<Py_ssize_t>(<uint64_t>key - <uint64_t>low)]
+                else:
+                    i = table.ids[_find(&table, key)]
+                if i >= 0:
+                    group[i] = <int32_t>answered
+                    state[answered].next = <uint32_t>matched  # positions in the result from here on
+                    state[answered].end = <uint32_t>s  # for now: the left group, for the copy below
+                    state[answered].last = -1
+                    answered += 1
+                    matched += starts[s + 1] - starts[s]
+            out_rows = <uint32_t*>malloc((matched + 1) * sizeof(uint32_t))
+            found = <int64_t*>malloc((matched + 1) * sizeof(int64_t))
+            compact_times = <int64_t*>malloc((matched + 1) * sizeof(int64_t))
+            if out_rows == NULL or found == NULL or compact_times == NULL:
+                status = -1
+        if status == 1:
+            for c in range(answered):  # the answered groups' rows and times, side by side
+                s = state[c].end
+                k = state[c].next
+                for i in range(starts[s], starts[s + 1]):
+                    out_rows[k] = rows[i]
+                    compact_times[k] = times[i]
+                    k += 1
+                state[c].end = <uint32_t>k
+        if status == 1:
+            for j in range(m):  # the right rows in their order: each answers its key's left rows before it
+                s = group[right_ids[j]]
+                if s < 0:
+                    continue
+                st = &state[s]
+                t = right_times[j]
+                previous = st.last
+                if previous >= 0 and (t < st.last_time or (t == st.last_time and (
+                        tiebreak == NULL or tiebreak[j] <= tiebreak[previous]))):
+                    status = 0
+                    break
+                k = st.next
+                if k < st.end and compact_times[k] < t:
+                    while k < st.end and compact_times[k] < t:
+                        found[k] = previous if previous >= 0 else BEFORE
+                        k += 1
+                    st.next = <uint32_t>k
+                st.last = j
+                st.last_time = t
+        if status == 1:
+            for c in range(answered):  # the rows at or after a key's last record
+                for k in range(state[c].next, state[c].end):
+                    found[k] = state[c].last
+    free(direct)
+    free(table.keys)
+    free(table.ids)
+    free(group)
+    free(state)
+    free(compact_times)
+    if status != 1:
+        free(out_rows)
+        free(found)
+        if status < 0:
+            raise MemoryError("asof_grouped: no memory for the key table")
+        return None
+    out_rows_array = np.empty(matched, dtype=np.uint32)
+    found_array = np.empty(matched, dtype=np.int64)
+    cdef uint32_t[::1] rows_view = out_rows_array
+    cdef int64_t[::1] found_view = found_array
+    with nogil:
+        for k in range(matched):
+            rows_view[k] = out_rows[k]
+            found_view[k] = found[k]
+    free(out_rows)
+    free(found)
+    return out_rows_array, found_array

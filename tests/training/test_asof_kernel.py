@@ -58,6 +58,7 @@ def test_the_kernels_table_grows_past_many_keys() -> None:
 
 def _polars_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(TS, "_asof_by_int_key", lambda *args, **kwargs: None)
+    monkeypatch.setattr(TS._BucketPasses, "_grouped_join", lambda *args, **kwargs: None)
 
 
 @SETTINGS
