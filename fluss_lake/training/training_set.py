@@ -325,7 +325,11 @@ def _bucket_counts(buckets: pl.DataFrame) -> pl.DataFrame:
     low, high = column.min(), column.max()
     if column.null_count() or not column.dtype.is_integer() or low is None or high - low > 1 << 20:  # type: ignore[operator]
         return buckets.group_by(BUCKET).agg(pl.len().alias("n")).sort(BUCKET)
-    counts = np.bincount(column.cast(pl.Int64).to_numpy() - low, minlength=high - low + 1)  # type: ignore[operator]
+    counts = np.zeros(high - low + 1, dtype=np.int64)  # type: ignore[operator]
+    step = 1 << 20  # slices: numpy's bincount copies its input to int64, so a slice at a time bounds that copy
+    for start in range(0, column.len(), step):  # a handful of slices, not per row
+        piece = column.slice(start, step).to_numpy()
+        counts += np.bincount(piece - low if low else piece, minlength=counts.size)
     present = np.flatnonzero(counts)
     return pl.DataFrame(
         {BUCKET: pl.Series(present + low).cast(column.dtype), "n": pl.Series(counts[present], dtype=pl.UInt32)}
