@@ -242,13 +242,25 @@ class DeltaJoin(Job):
 
     def _step(self) -> JobReport | None:
         ends = {alias: self._log_ends(alias) for alias in self.inputs}
-        if not any(self._ranges(alias, 1 << 62, ends[alias]) for alias in self.inputs):
+        backlog = {alias: self._ranges(alias, 1 << 62, ends[alias]) for alias in self.inputs}
+        if not any(backlog.values()):
             return None
         self._known = {a: dict(e) for a, e in ends.items()}
-        self._keys = {
-            a: self._deleted_keys(a, {**self._ranges(a, 1 << 62, ends[a]), **self._foreign_ranges(a, ends[a])})
-            for a in self.inputs
-        }
+        # An input whose whole backlog fits one step is read once: its delete keys are the -D records of the
+        # changes the step reads anyway (no second pass over the same batches' headers).
+        ahead: dict[str, tuple[dict, pl.DataFrame]] = {}
+        for a, full in backlog.items():
+            if full and self._ranges(a, self.batch_rows, ends[a]) == full:
+                ahead[a] = (full, self._read(a, full, self.plan.needed[a]))
+        self._keys = {}
+        for a in self.inputs:
+            foreign = self._foreign_ranges(a, ends[a])
+            if a not in ahead:
+                self._keys[a] = self._deleted_keys(a, {**backlog[a], **foreign})
+                continue
+            pk = self._pk(a)
+            own = ahead[a][1].filter(pl.col("_change_type") == "-D").select(pk)
+            self._keys[a] = distinct(pl.concat([own, self._deleted_keys(a, foreign)]) if foreign else own)
         upserted = deleted = steps = records = 0
         groups = [[a] for a in self.inputs] if self.emit_per_input else [list(self.inputs)]
         for group in groups:
@@ -259,7 +271,13 @@ class DeltaJoin(Job):
                     break
                 seeds = {}
                 for alias, r in ranges.items():
-                    changes = self._read(alias, r, self.plan.needed[alias])
+                    early = ahead.pop(alias, None)
+                    changes = (
+                        early[1]
+                        if early is not None and early[0] == r
+                        else self._read(alias, r, self.plan.needed[alias])
+                    )
+                    del early
                     records += changes.height
                     if changes.height:
                         seeds[alias] = self._seeds(alias, changes)
