@@ -148,6 +148,31 @@ class LogTablet:
             )
         return header
 
+    def _probe(self, base: int) -> BatchHeader:
+        """The header of a batch found past the known log end. A small batch the bucket's state will apply
+        (``hold_from``) is decoded whole and held instead: the state, and a job reading the changelog, take it from
+        memory, so the object is opened and parsed once in this process instead of once for its header and once for
+        its rows."""
+        if self.hold_from is None or base < self.hold_from or base in self._held:
+            return self._decode_header(base)
+        key = batch_key(self.prefix, base)
+        body = self._open(key)
+        if body.size > _HOLD_BATCH_BYTES:
+            header = decode_header(body, key=key)
+        else:
+            batch = decode_batch(body, None, key=key)
+            header = batch.header
+        if header.base_offset != base:
+            raise corrupted(
+                key,
+                f"it holds the batch of offset {header.base_offset}, not {base} (objects swapped or renamed)",
+                what="log batch",
+                offsets=(base, base),
+            )
+        if body.size <= _HOLD_BATCH_BYTES:
+            self._hold(base, batch)
+        return header
+
     def _listing(self) -> tuple[list[int], dict[int, tuple[str, int]]]:
         """Batch bases and, for batches that live in compacted segments, where (a batch in a segment wins); a log
         that starts later than expiry left it raises (its oldest objects are gone)."""
@@ -305,7 +330,7 @@ class LogTablet:
             if local is not None and not os.path.exists(local):  # the common case, without an exception
                 return known.end
             try:
-                header = self._decode_header(known.end)
+                header = self._probe(known.end)
             except FileNotFoundError:
                 return known.end
             known.bases.append(known.end)
