@@ -230,6 +230,9 @@ class LogTablet:
         return _Known(bases, last.next_offset, last.commit_ts, {last.writer_id: last}, sources, time.monotonic())
 
     def _header_of(self, base: int, sources: dict[int, tuple[str, int]]) -> BatchHeader:
+        held = self._held.get(base)
+        if held is not None:
+            return held.header
         source = sources.get(base)
         if source is not None:
             return self._segment(source[0]).headers[source[1]]
