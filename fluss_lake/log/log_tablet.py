@@ -150,18 +150,21 @@ class LogTablet:
 
     def _probe(self, base: int) -> BatchHeader:
         """The header of a batch found past the known log end. A small batch the bucket's state will apply
-        (``hold_from``) is decoded whole and held instead: the state, and a job reading the changelog, take it from
-        memory, so the object is opened and parsed once in this process instead of once for its header and once for
-        its rows."""
+        (``hold_from``: the state is open in this process) is decoded whole and held instead, within the bounds of
+        held batches: the state, and a job reading the changelog, take it from memory, so the object is opened and
+        parsed once in this process instead of once for its header and once for its rows. A process whose open
+        state never catches up holds at most the bounds, as with batches a job reads, then probes headers again."""
         if self.hold_from is None or base < self.hold_from or base in self._held:
             return self._decode_header(base)
         key = batch_key(self.prefix, base)
         body = self._open(key)
-        if body.size > _HOLD_BATCH_BYTES:
-            header = decode_header(body, key=key)
-        else:
+        # what does not fit the bounds (the compressed size: a floor of the decoded one) gets its header only
+        hold = body.size <= _HOLD_BATCH_BYTES and self._held_bytes + body.size <= _HOLD_BYTES
+        if hold:
             batch = decode_batch(body, None, key=key)
             header = batch.header
+        else:
+            header = decode_header(body, key=key)
         if header.base_offset != base:
             raise corrupted(
                 key,
@@ -169,7 +172,7 @@ class LogTablet:
                 what="log batch",
                 offsets=(base, base),
             )
-        if body.size <= _HOLD_BATCH_BYTES:
+        if hold:
             self._hold(base, batch)
         return header
 

@@ -283,3 +283,36 @@ def test_a_backlog_writes_each_result_row_once(tmp_path, defer) -> None:
     else:
         assert report.rows_upserted > want.height * 1.3
     assert job.run_once().rows_upserted == 0
+
+
+@pytest.mark.parametrize("batch_rows", [10_000, 2])
+def test_a_step_that_takes_the_whole_backlog_reads_each_input_once(tmp_path, monkeypatch, batch_rows) -> None:
+    """When an input's whole backlog fits the step, its delete keys come from the -D records of the changes the step
+    reads (one scan per input, no second pass); a backlog larger than the step still scans its deletes first. The
+    result, deletes on both sides included, is the batch join either way."""
+    conn = fl.connect(tmp_path)
+    orders, customers, view = _tables(conn)
+    job = _job(conn, batch_rows=batch_rows)
+    orders.upsert([{"cid": i % 5, "oid": i, "amount": i} for i in range(20)])
+    customers.upsert([{"cid": i, "name": f"c{i}"} for i in range(5)])
+    job.run_once()
+    orders.delete([{"cid": 1, "oid": 1}, {"cid": 2, "oid": 7}])
+    customers.delete([{"cid": 3}])
+    customers.upsert([{"cid": 4, "name": "new"}])
+    scans: list[str] = []
+    original = fl.Table.scan_log
+
+    def counting(self, *args, **kwargs):
+        scans.append(self.path.table)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(fl.Table, "scan_log", counting)
+    report = job.run_once()
+    monkeypatch.setattr(fl.Table, "scan_log", original)
+    if batch_rows >= 10_000:
+        assert report.steps == 1 and sorted(scans) == ["customers", "orders"]
+    else:  # orders' 2 records fit; customers' 3 (-D, -U, +U) do not: a delete scan, then 2 steps of changes
+        assert report.steps == 2 and scans.count("orders") == 1 and scans.count("customers") == 3
+    got = view.to_polars().sort("cid", "oid")
+    assert got.equals(_want(orders, customers).select(got.columns))
+    assert got.filter(pl.col("cid") == 3)["name"].null_count() == 4 and (got["name"] == "new").sum() == 4

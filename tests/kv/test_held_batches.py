@@ -73,3 +73,63 @@ def test_a_batch_too_large_to_hold_is_decoded_again(
     assert len(decodes) == 2 * batches  # read, then decoded again by the catch-up (as before holding)
     assert changes.columns[-2:] == ["k", "v"] and "s" not in changes.columns
     assert all(not reader._runtime.tablets().kv_tablet(b).log._held for b in range(2))
+
+
+@pytest.fixture
+def header_decodes(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every header-only decode of a batch object by the log tablets."""
+    calls: list[Any] = []
+    original = log_tablet_module.decode_header
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("key"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(log_tablet_module, "decode_header", counting)
+    return calls
+
+
+def test_a_batch_found_past_the_log_end_is_opened_once(
+    tmp_path: Any, decodes: list[Any], header_decodes: list[Any]
+) -> None:
+    """The log-end probe of a bucket whose state is open decodes a small new batch whole and holds it: the probe,
+    a delete scan (header filter), the read and the state's catch-up then open no object again."""
+    writer, reader = _tables(tmp_path)
+    start = reader.end_offsets()
+    for i in range(4):
+        writer.upsert([{"k": k, "v": i, "s": "x"} for k in range(i, i + 3)])
+        writer.delete([{"k": i}])
+    batches = sum(1 for b in range(2) for h in writer.batch_headers(b) if h.record_count)
+    decodes.clear()
+    header_decodes.clear()
+    ends = reader.end_offsets()  # the probe finds every new batch
+    deleted = reader.scan_log(start_offsets=start, end_offsets=ends, columns=["k"], change_types=["-D"])
+    assert sorted(deleted["k"].to_list()) == [0, 1, 2, 3]
+    changes = reader.scan_log(start_offsets=start, end_offsets=ends, columns=["k", "v"])
+    keys = pl.DataFrame({"k": list(range(8))}, schema={"k": pl.Int32})
+    got = reader.lookup(keys, with_found=True, with_offsets=True).sort("k")
+    assert_frame_equal(got, writer.lookup(keys, with_found=True, with_offsets=True).sort("k"))
+    assert changes.height == sum(ends[b] - start[b] for b in range(2))
+    assert len(decodes) == batches and header_decodes == []
+    assert all(not reader._runtime.tablets().kv_tablet(b).log._held for b in range(2))
+
+
+def test_once_the_held_batches_fill_their_bound_the_probe_reads_headers_only(
+    tmp_path: Any, decodes: list[Any], header_decodes: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state that does not catch up (a process only polling log ends) holds no more than the bound: past it the
+    probe decodes headers, no rows, and the state still catches up right afterwards."""
+    monkeypatch.setattr(log_tablet_module, "_HOLD_BYTES", 0)
+    writer, reader = _tables(tmp_path)
+    before = reader.end_offsets()
+    for i in range(3):
+        writer.upsert([{"k": i, "v": i, "s": "x"}])
+    batches = sum(1 for b in range(2) for h in writer.batch_headers(b) if h.record_count)
+    decodes.clear()
+    header_decodes.clear()
+    assert sum(reader.end_offsets().values()) == sum(before.values()) + 3
+    assert decodes == [] and len(header_decodes) == 3
+    keys = pl.DataFrame({"k": list(range(3))}, schema={"k": pl.Int32})
+    got = reader.lookup(keys, with_found=True, with_offsets=True).sort("k")
+    assert_frame_equal(got, writer.lookup(keys, with_found=True, with_offsets=True).sort("k"))
+    assert len(decodes) == batches  # by the catch-up, once each
