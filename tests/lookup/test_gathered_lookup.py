@@ -158,36 +158,3 @@ def test_bad_keys_are_refused_before_any_bucket_is_read(tmp_path, bad):
         table.lookup(bad)
     assert table.lookup([{"id": 1}, {"id": 2}, {"id": 3}])["v"].to_list() == ["a", "b", "c"]
 
-
-def test_a_cached_gather_plan_does_not_keep_merged_segments_alive(tmp_path):
-    """A lookup caches a gather plan holding its segments; once a flush or compaction merges those segments away,
-    no cached plan may hold them (their memory and mapped files go with the store's own references)."""
-    import fluss_lake.kv.state_reader as state_reader
-
-    conn = fl.connect(str(tmp_path))
-    conn.create_database("d")
-    conn.create_table("d.t", schema={"id": "BIGINT", "v": "STRING"}, primary_key=["id"], bucket_num=1)
-    table = conn.get_table("d.t")
-    keys = pl.DataFrame({"id": [1, 2, 3]})
-    for step in range(3):
-        table.upsert(pl.DataFrame({"id": [1, 2, 3], "v": [f"{step}-{i}" for i in (1, 2, 3)]}))
-        assert table.lookup(keys)["v"].to_list() == [f"{step}-{i}" for i in (1, 2, 3)]
-    in_stores = {id(s) for store in _live_stores() for s in store.segments}
-    held = [s for plan in list(state_reader._PLANS.values()) for s in plan.segments if id(s) in in_stores]
-    assert held  # the lookups did cache plans over the memtable segments
-    table.snapshot()  # flushes the memtable: its segments are merged into a file segment
-    in_stores = {id(s) for store in _live_stores() for s in store.segments}
-    merged_away = {id(s) for s in held if id(s) not in in_stores}  # `held` keeps them alive: ids stay unique
-    assert merged_away
-    for plan in list(state_reader._PLANS.values()):
-        assert merged_away.isdisjoint(map(id, plan.segments))  # no plan keeps a merged-away segment
-    assert table.lookup(keys)["v"].to_list() == ["2-1", "2-2", "2-3"]
-
-
-def _live_stores():
-    """Every KV store of the process (a plan may hold segments of several buckets)."""
-    import gc
-
-    from fluss_lake.kv.kv_store import KvStore
-
-    return [o for o in gc.get_objects() if isinstance(o, KvStore)]
