@@ -18,6 +18,6 @@ setup(
     ext_modules=[
         Extension("fluss_lake.kv._kernels", ["fluss_lake/kv/_kernels.pyx"]),
         Extension("fluss_lake.keys._hash_kernels", ["fluss_lake/keys/_hash_kernels.pyx"]),
-        Extension("fluss_lake.training._asof", ["fluss_lake/training/_asof.pyx"]),
+        Extension("fluss_lake.training._kernels._asof", ["fluss_lake/training/_kernels/_asof.pyx"]),
     ]
 )

@@ -139,13 +139,7 @@ class LogTablet:
         """The header of the batch object at `base`, which must say it starts there."""
         key = batch_key(self.prefix, base)
         header = decode_header(self._open(key), key=key)
-        if header.base_offset != base:
-            raise corrupted(
-                key,
-                f"it holds the batch of offset {header.base_offset}, not {base} (objects swapped or renamed)",
-                what="log batch",
-                offsets=(base, base),
-            )
+        _check_base(key, header, base)
         return header
 
     def _probe(self, base: int) -> BatchHeader:
@@ -165,13 +159,7 @@ class LogTablet:
             header = batch.header
         else:
             header = decode_header(body, key=key)
-        if header.base_offset != base:
-            raise corrupted(
-                key,
-                f"it holds the batch of offset {header.base_offset}, not {base} (objects swapped or renamed)",
-                what="log batch",
-                offsets=(base, base),
-            )
+        _check_base(key, header, base)
         if hold:
             self._hold(base, batch)
         return header
@@ -267,13 +255,7 @@ class LogTablet:
                     return self._segment(source[0]).batch(source[1], columns)
                 key = batch_key(self.prefix, base)
                 batch = decode_batch(self._open(key), None if hold else columns, key=key)
-                if batch.header.base_offset != base:
-                    raise corrupted(
-                        key,
-                        f"it holds the batch of offset {batch.header.base_offset}, not {base} (objects swapped)",
-                        what="log batch",
-                        offsets=(base, base),
-                    )
+                _check_base(key, batch.header, base)
                 if hold:
                     self._hold(base, batch)
                     batch = project(batch, columns)
@@ -534,12 +516,7 @@ class LogTablet:
             try:
                 if header_filter is not None:
                     header = self._header(base)
-                    if header.base_offset != base:
-                        raise corrupted(
-                            batch_key(self.prefix, base),
-                            f"it holds the batch of offset {header.base_offset}, not {base}",
-                            what="log batch",
-                        )
+                    _check_base(batch_key(self.prefix, base), header, base)
                     expected = header.next_offset
                     if not header_filter(header):
                         continue
@@ -690,10 +667,7 @@ class LogTablet:
                 raw = self._fetch(key)
                 unverified += not is_sealed(raw)
                 batch = decode_batch(unseal(raw, key=key, required=self.checksums_required), key=key)
-                if batch.header.base_offset != base:
-                    raise corrupted(
-                        key, f"it holds the batch of offset {batch.header.base_offset}, not {base}", what="log batch"
-                    )
+                _check_base(key, batch.header, base)
                 if base not in in_segments:  # a batch already copied into a segment is deleted right after
                     spans.append((base, batch.header.next_offset, key))
             except FileNotFoundError:
@@ -756,3 +730,14 @@ class LogCheck:
     unverified: int
     damage: tuple[CorruptedDataError, ...]
     spans: tuple[tuple[int, int, str], ...]
+
+
+def _check_base(key: str, header: BatchHeader, base: int) -> None:
+    """A batch object holds the batch its name says: another base offset means objects were swapped or renamed."""
+    if header.base_offset != base:
+        raise corrupted(
+            key,
+            f"it holds the batch of offset {header.base_offset}, not {base} (objects swapped or renamed)",
+            what="log batch",
+            offsets=(base, base),
+        )

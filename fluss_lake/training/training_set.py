@@ -1,7 +1,7 @@
 """Point-in-time training sets: for every entity row, the feature values current at its prediction time.
 
 One as-of join per feature view by the entity keys, never a Python loop per row: on one integer key (the usual
-case) a compiled kernel (:mod:`fluss_lake.training._asof`: the history grouped by key with a hash table, each entity
+case) a compiled kernel (:mod:`._kernels._asof`: the history grouped by key with a hash table, each entity
 row binary-searching its key's records; the views side by side in threads), else Polars' ``join_asof``. The rules
 (also in ``docs/TRAINING.md``):
 
@@ -39,7 +39,7 @@ import polars as pl
 from fluss_lake._utils.arguments import check_int
 from fluss_lake.exceptions import InvalidConfigError, SchemaMismatchError
 from fluss_lake.metadata.table_path import TablePath
-from fluss_lake.training import _asof  # type: ignore[attr-defined]
+from fluss_lake.training._kernels import _asof  # type: ignore[attr-defined]
 from fluss_lake.training._rules import INTERNAL_PREFIX, check_names, common_key_dtype, within_ttl
 from fluss_lake.training.feature_view import FeatureView
 from fluss_lake.training.history import (
@@ -574,21 +574,17 @@ def _join_view(
     return _join_right(frame, _right(view, i, unit, spec, rows=rows), view, i, spec)
 
 
-def _right(view: FeatureView, i: int, unit: str, spec: _Spec, *, rows: pl.Expr | None = None) -> pl.LazyFrame:
-    """The view's history as the right side of its as-of join, each key's records in their order: the records
-    `rows` selects (default: the value records ``+I``/``+U``/``-D``; pushed into a lazy scan)."""
-    ct, tn = f"{_INTERNAL}ct{i}", f"{_INTERNAL}t{i}"
+def _history_columns(
+    view: FeatureView, unit: str, rows: pl.Expr | None
+) -> tuple[pl.LazyFrame, pl.Expr, pl.Expr | None, list[pl.Expr]]:
+    """The view's records `rows` selects (default: the value records), its commit time, the time a record takes
+    effect in event-time mode (``None`` in commit-time mode; a delete takes effect no earlier than its commit)
+    and the feature values under their output names: what both readings of a history share."""
     history = view.history.lazy().filter(pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES) if rows is None else rows)
     commit = time_expr(TIMESTAMP, view.schema[TIMESTAMP], unit=unit, what=f"{view.label} {TIMESTAMP}")
     values = [pl.col(f).alias(n) for f, n in zip(view.features or (), view.output_names(), strict=True)]
     if view.event_time is None:
-        scope = [PARTITION, BUCKET] if PARTITION in view.schema else [BUCKET]  # where offsets are dense
-        right = history.select(
-            *spec.right_keys, (pl.col(CHANGE_TYPE) == "-D").alias(ct), commit.alias(tn), *values, *scope, OFFSET
-        )
-        schema_out = right.collect_schema()
-        schema_out = pl.Schema({c: d for c, d in schema_out.items() if c not in (PARTITION, BUCKET, OFFSET)})
-        return right.map_batches(lambda df: _in_log_order(df, tn), schema=schema_out)
+        return history, commit, None, values
     event = time_expr(
         view.event_time,
         view.schema[view.event_time],
@@ -596,6 +592,22 @@ def _right(view: FeatureView, i: int, unit: str, spec: _Spec, *, rows: pl.Expr |
         what=f"{view.label} event time column {view.event_time!r}",
     )
     effective = pl.when(pl.col(CHANGE_TYPE) == "-D").then(pl.max_horizontal(commit, event)).otherwise(event)
+    return history, commit, effective, values
+
+
+def _right(view: FeatureView, i: int, unit: str, spec: _Spec, *, rows: pl.Expr | None = None) -> pl.LazyFrame:
+    """The view's history as the right side of its as-of join, each key's records in their order: the records
+    `rows` selects (default: the value records ``+I``/``+U``/``-D``; pushed into a lazy scan)."""
+    ct, tn = f"{_INTERNAL}ct{i}", f"{_INTERNAL}t{i}"
+    history, commit, effective, values = _history_columns(view, unit, rows)
+    if effective is None:
+        scope = [PARTITION, BUCKET] if PARTITION in view.schema else [BUCKET]  # where offsets are dense
+        right = history.select(
+            *spec.right_keys, (pl.col(CHANGE_TYPE) == "-D").alias(ct), commit.alias(tn), *values, *scope, OFFSET
+        )
+        schema_out = right.collect_schema()
+        schema_out = pl.Schema({c: d for c, d in schema_out.items() if c not in (PARTITION, BUCKET, OFFSET)})
+        return right.map_batches(lambda df: _in_log_order(df, tn), schema=schema_out)
     return (
         history.select(
             *spec.right_keys,
@@ -620,10 +632,8 @@ def _kernel_right(
     offsets that order a key's records of equal commit time (`offsets`; default: only from a frame in memory,
     where they cost no decoding: a scan reads them again if a key has records of equal time)."""
     ct, tn = f"{_INTERNAL}ct{i}", f"{_INTERNAL}t{i}"
-    history = view.history.lazy().filter(pl.col(CHANGE_TYPE).is_in(VALUE_CHANGES) if rows is None else rows)
-    commit = time_expr(TIMESTAMP, view.schema[TIMESTAMP], unit=unit, what=f"{view.label} {TIMESTAMP}")
-    values = [pl.col(f).alias(n) for f, n in zip(view.features or (), view.output_names(), strict=True)]
-    if view.event_time is None:
+    history, commit, effective, values = _history_columns(view, unit, rows)
+    if effective is None:
         with_offsets = isinstance(view.history, pl.DataFrame) if offsets is None else offsets
         return history.select(
             *spec.right_keys,
@@ -632,13 +642,6 @@ def _kernel_right(
             *values,
             *([OFFSET] if with_offsets else []),
         )
-    event = time_expr(
-        view.event_time,
-        view.schema[view.event_time],
-        unit=unit,
-        what=f"{view.label} event time column {view.event_time!r}",
-    )
-    effective = pl.when(pl.col(CHANGE_TYPE) == "-D").then(pl.max_horizontal(commit, event)).otherwise(event)
     return history.select(
         *spec.right_keys, (pl.col(CHANGE_TYPE) == "-D").alias(ct), effective.alias(tn), *values
     ).filter(pl.col(tn).is_not_null())
@@ -712,7 +715,7 @@ def _asof_by_int_key(
 ) -> pl.DataFrame | None:
     """The entity rows whose key has a record in `right` (`every_row`: all of them), each with the columns of its
     key's last record at or before its time (nulls if none): what ``join_asof`` (+ :func:`_with_key_in`) gives,
-    computed by the compiled kernel (:mod:`fluss_lake.training._asof`) when the join is on one integer key column
+    computed by the compiled kernel (:mod:`._kernels._asof`) when the join is on one integer key column
     and nothing is null; the rows keep their order. None otherwise (the caller joins with Polars).
 
     Without `again`, `right` is in each key's record order (:func:`_in_log_order`). With it, `right` is as

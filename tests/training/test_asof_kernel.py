@@ -1,4 +1,4 @@
-"""The compiled as-of kernel (``fluss_lake.training._asof``) against a brute-force search, and training sets joined
+"""The compiled as-of kernel (``fluss_lake.training._kernels._asof``) against a brute-force search, and training sets joined
 by it equal to those joined by Polars' ``join_asof`` (the kernel switched off), one pass and in key chunks, in
 both time modes, with entity keys of other integer widths; keys or times with nulls take the Polars path."""
 
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fluss_lake.training import FeatureView, training_set
-from fluss_lake.training import _asof  # type: ignore[attr-defined]
+from fluss_lake.training._kernels import _asof  # type: ignore[attr-defined]
 from tests.training.conftest import at, histories, history_frame
 
 TS = sys.modules["fluss_lake.training.training_set"]

@@ -151,6 +151,21 @@ cdef int _insert_all(Table* table, const int64_t* keys, Py_ssize_t n, uint32_t* 
     return 0
 
 
+cdef int _key_table(Table* table, const int64_t* keys, Py_ssize_t n, uint32_t* ids) noexcept nogil:
+    """A hash table of `n` keys, each one's id (numbered as first seen) in `ids`; -1 if out of memory (nothing
+    left to free then)."""
+    table.keys = NULL
+    table.ids = NULL
+    table.used = 0
+    if _allocate(table, 16, 64 - 4) < 0 or _insert_all(table, keys, n, ids) < 0:
+        free(table.keys)
+        free(table.ids)
+        table.keys = NULL
+        table.ids = NULL
+        return -1
+    return 0
+
+
 cdef void _sort_run(int64_t* times, uint32_t* rows, Py_ssize_t count, Record* scratch) noexcept nogil:
     """`count` (time, row) pairs sorted by time (ties in any order): insertion sort for short runs, else qsort."""
     cdef Py_ssize_t k, h
@@ -172,11 +187,123 @@ cdef void _sort_run(int64_t* times, uint32_t* rows, Py_ssize_t count, Record* sc
         times[k], rows[k] = scratch[k].time, scratch[k].row
 
 
+cdef int _sort_groups(const uint32_t* starts, Py_ssize_t groups, Py_ssize_t longest, int64_t* times,
+                      uint32_t* rows) noexcept nogil:
+    """Each group's (time, row) pairs (group `s` at ``starts[s]:starts[s + 1]``, at most `longest`) sorted by
+    time, leaving a group already in order as it is; -1 if out of memory."""
+    cdef Py_ssize_t s, k, end
+    cdef Record* scratch = NULL
+    if longest > 24:
+        scratch = <Record*>malloc(longest * sizeof(Record))
+        if scratch == NULL:
+            return -1
+    for s in range(groups):
+        k = starts[s]
+        end = starts[s + 1]
+        while k + 1 < end and times[k] <= times[k + 1]:
+            k += 1
+        if k + 1 < end:
+            _sort_run(&times[starts[s]], &rows[starts[s]], end - starts[s], scratch)
+    free(scratch)
+    return 0
+
+
 cdef struct KeyState:
     int64_t last  # the key's latest right row so far (-1: none yet)
     int64_t last_time  # its time
     uint32_t next  # the key's next left row to answer (a position in the grouped left rows)
     uint32_t end  # one past the key's last left row
+
+
+cdef struct KeyIds:
+    Table table  # the keys' ids, when they span a large range
+    int32_t* direct  # by key - low: the key's id, -1 if none (keys in a small range: a plain array, no hashing)
+    int64_t low
+    int64_t high
+    Py_ssize_t span  # 0: the hash table
+
+
+cdef Py_ssize_t _number_keys(KeyIds* ids, const int64_t* keys, Py_ssize_t m, uint32_t* out) noexcept nogil:
+    """Each of `m` (>= 1) keys' id in `out`, numbered as first seen: the number of distinct keys; -1 if out of
+    memory. :func:`_free_ids` frees `ids` in either case."""
+    cdef Py_ssize_t i, j, k, count = 0
+    ids.table.keys = NULL
+    ids.table.ids = NULL
+    ids.direct = NULL
+    ids.span = 0
+    ids.low = ids.high = keys[0]
+    for j in range(1, m):
+        if keys[j] < ids.low:
+            ids.low = keys[j]
+        elif keys[j] > ids.high:
+            ids.high = keys[j]
+    if <uint64_t>ids.high - <uint64_t>ids.low < <uint64_t>(4 * m + 4096):  # dense keys
+        ids.span = <Py_ssize_t>(<uint64_t>ids.high - <uint64_t>ids.low) + 1
+        ids.direct = <int32_t*>malloc(ids.span * sizeof(int32_t))
+        if ids.direct == NULL:
+            return -1
+        for i in range(ids.span):
+            ids.direct[i] = -1
+        for j in range(m):
+            k = <Py_ssize_t>(<uint64_t>keys[j] - <uint64_t>ids.low)
+            if ids.direct[k] < 0:
+                ids.direct[k] = <int32_t>count
+                count += 1
+            out[j] = <uint32_t>ids.direct[k]
+        return count
+    if _key_table(&ids.table, keys, m, out) < 0:
+        return -1
+    return ids.table.used
+
+
+cdef inline Py_ssize_t _key_id(const KeyIds* ids, int64_t key) noexcept nogil:
+    """The id :func:`_number_keys` gave `key`, -1 if it was not among the keys."""
+    if ids.span:
+        if key >= ids.low and key <= ids.high:
+            return ids.direct[<Py_ssize_t>(<uint64_t>key - <uint64_t>ids.low)]
+        return -1
+    return ids.table.ids[_find(&ids.table, key)]
+
+
+cdef void _free_ids(KeyIds* ids) noexcept nogil:
+    free(ids.direct)
+    free(ids.table.keys)
+    free(ids.table.ids)
+
+
+cdef int _answer(const uint32_t* right_ids, const int64_t* right_times, const int64_t* tiebreak, Py_ssize_t m,
+                 const int32_t* group, KeyState* state, Py_ssize_t groups, const int64_t* times,
+                 const uint32_t* rows, bint check, int64_t* out) noexcept nogil:
+    """The sweep both joins share: the right rows in their order, each answering its key's left rows (in `state`:
+    positions in `times`, grouped by key and ascending within a key) earlier than it with the key's previous
+    right row, then the rows at or after a key's last one. An answer goes to ``out[rows[k]]`` (``out[k]`` without
+    `rows`). 1 when done; 0 if `check` and a key's right rows do not ascend strictly by (time, `tiebreak`)."""
+    cdef Py_ssize_t j, s, k
+    cdef int64_t t, previous
+    cdef KeyState* st
+    for j in range(m):
+        s = group[right_ids[j]]
+        if s < 0:
+            continue  # no left row has this key
+        st = &state[s]
+        t = right_times[j]
+        previous = st.last
+        if check and previous >= 0:
+            if t < st.last_time or (t == st.last_time and (tiebreak == NULL or tiebreak[j] <= tiebreak[previous])):
+                return 0
+        k = st.next
+        if k < st.end and times[k] < t:
+            while k < st.end and times[k] < t:
+                out[rows[k] if rows != NULL else k] = previous if previous >= 0 else BEFORE
+                k += 1
+            st.next = <uint32_t>k
+        st.last = j
+        st.last_time = t
+    for s in range(groups):
+        previous = state[s].last
+        for k in range(state[s].next, state[s].end):
+            out[rows[k] if rows != NULL else k] = previous
+    return 1
 
 
 cdef int _sweep(const int64_t* left_keys, const int64_t* left_times, Py_ssize_t n,
@@ -190,12 +317,10 @@ cdef int _sweep(const int64_t* left_keys, const int64_t* left_times, Py_ssize_t 
     key's left rows earlier than it with the key's previous record. 1 when done; 0 if `check` and a key's right
     rows do not ascend by (time, `tiebreak`) (strictly; by time alone without `tiebreak`): the caller must order
     them; -1 if out of memory."""
-    cdef Table table
-    cdef Py_ssize_t i, j, s, k, end, longest = 0, ids = 0, groups = 0, span = 0, matched = 0
+    cdef KeyIds key_ids
+    cdef Py_ssize_t i, j, s, k, end, longest = 0, ids = 0, groups = 0, matched = 0
     cdef int status = 1
-    cdef int64_t t, previous, low = right_keys[0], high = right_keys[0], key
     cdef uint32_t* right_ids = <uint32_t*>malloc(m * sizeof(uint32_t))
-    cdef int32_t* direct = NULL  # by key - low: the key's id, -1 if no right row has it
     cdef int32_t* group = NULL  # by key id: the key's group of left rows, -1 if none
     cdef uint32_t* left_groups = <uint32_t*>malloc(n * sizeof(uint32_t))
     cdef uint32_t* starts = NULL
@@ -203,33 +328,9 @@ cdef int _sweep(const int64_t* left_keys, const int64_t* left_times, Py_ssize_t 
     cdef int64_t* times = NULL
     cdef KeyState* state = NULL
     cdef KeyState* st
-    cdef Record* scratch = NULL
-    table.keys = NULL
-    table.ids = NULL
-    table.used = 0
-    for j in range(1, m):
-        if right_keys[j] < low:
-            low = right_keys[j]
-        elif right_keys[j] > high:
-            high = right_keys[j]
-    if <uint64_t>high - <uint64_t>low < <uint64_t>(4 * m + 4096):  # dense keys: a plain array, no hashing
-        span = <Py_ssize_t>(<uint64_t>high - <uint64_t>low) + 1
-        direct = <int32_t*>malloc(span * sizeof(int32_t))
-    if right_ids == NULL or left_groups == NULL or (span and direct == NULL):
+    ids = _number_keys(&key_ids, right_keys, m, right_ids) if right_ids != NULL else -1
+    if ids < 0 or left_groups == NULL:
         status = -1
-    elif span:
-        for i in range(span):
-            direct[i] = -1
-        for j in range(m):
-            k = <Py_ssize_t>(<uint64_t>right_keys[j] - <uint64_t>low)
-            if direct[k] < 0:
-                direct[k] = <int32_t>ids
-                ids += 1
-            right_ids[j] = <uint32_t>direct[k]
-    elif _allocate(&table, 16, 64 - 4) < 0 or _insert_all(&table, right_keys, m, right_ids) < 0:
-        status = -1
-    else:
-        ids = table.used
     if status == 1:
         group = <int32_t*>malloc(ids * sizeof(int32_t))
         if group == NULL:
@@ -238,14 +339,7 @@ cdef int _sweep(const int64_t* left_keys, const int64_t* left_times, Py_ssize_t 
         for s in range(ids):
             group[s] = -1
         for i in range(n):  # each left row's group (its key's, numbered as first seen), or no record at all
-            key = left_keys[i]
-            s = -1
-            if span:
-                if key >= low and key <= high:
-                    s = direct[<Py_ssize_t>(<uint64_t>key - <uint64_t>low)]
-            else:
-                k = _find(&table, key)
-                s = table.ids[k]
+            s = _key_id(&key_ids, left_keys[i])
             if s < 0:
                 out[i] = ABSENT
                 left_groups[i] = <uint32_t>-1
@@ -275,56 +369,23 @@ cdef int _sweep(const int64_t* left_keys, const int64_t* left_times, Py_ssize_t 
                 rows[st.next] = <uint32_t>i
                 times[st.next] = left_times[i]
                 st.next += 1
-        if longest > 24:
-            scratch = <Record*>malloc(longest * sizeof(Record))
-            if scratch == NULL:
-                status = -1
+        if _sort_groups(starts, groups, longest, times, rows) < 0:
+            status = -1
     if status == 1:
         for s in range(groups):
-            k = starts[s]
-            end = starts[s + 1]
-            while k + 1 < end and times[k] <= times[k + 1]:
-                k += 1
-            if k + 1 < end:
-                _sort_run(&times[starts[s]], &rows[starts[s]], end - starts[s], scratch)
             state[s].next = starts[s]
-            state[s].end = <uint32_t>end
+            state[s].end = starts[s + 1]
             state[s].last = -1
-        for j in range(m):  # the right rows in their order: each answers its key's left rows before it
-            s = group[right_ids[j]]
-            if s < 0:
-                continue  # no left row has this key
-            st = &state[s]
-            t = right_times[j]
-            previous = st.last
-            if check and previous >= 0:
-                if t < st.last_time or (t == st.last_time and (tiebreak == NULL or tiebreak[j] <= tiebreak[previous])):
-                    status = 0
-                    break
-            k = st.next
-            if k < st.end and times[k] < t:
-                while k < st.end and times[k] < t:
-                    out[rows[k]] = previous if previous >= 0 else BEFORE
-                    k += 1
-                st.next = <uint32_t>k
-            st.last = j
-            st.last_time = t
-    if status == 1:
-        for s in range(groups):  # the rows at or after a key's last record
-            previous = state[s].last
-            for k in range(state[s].next, state[s].end):
-                out[rows[k]] = previous
+        status = _answer(right_ids, right_times, tiebreak, m, group, state, groups, times, rows, check, out)
+    if right_ids != NULL:
+        _free_ids(&key_ids)
     free(right_ids)
-    free(direct)
     free(group)
     free(left_groups)
     free(starts)
     free(rows)
     free(times)
     free(state)
-    free(scratch)
-    free(table.keys)
-    free(table.ids)
     return status
 
 
@@ -369,31 +430,11 @@ def asof_backward(const int64_t[::1] left_keys, const int64_t[::1] left_times,
     ids_array = np.empty(m, dtype=np.uint32)  # key ids and positions fit 32 bits: half the memory traffic
     cdef uint32_t[::1] ids = ids_array
     cdef Table table
-    table.keys = NULL
-    table.ids = NULL
-    table.used = 0
     cdef int failed = 0
     cdef int64_t key, t
-    with nogil:
-        failed = _allocate(&table, 16, 64 - 4)
-        for j in range(m):  # each right row's key id, in order of first appearance
-            if failed:
-                break
-            key = right_keys[j]
-            i = _find(&table, key)
-            if table.ids[i] < 0:
-                if 2 * (table.used + 1) > table.capacity:  # keep the table at most half full
-                    failed = _grow(&table)
-                    if failed:
-                        break
-                    i = _find(&table, key)
-                table.keys[i] = key
-                table.ids[i] = table.used
-                table.used += 1
-            ids[j] = <uint32_t>table.ids[i]
+    with nogil:  # each right row's key id, in order of first appearance
+        failed = _key_table(&table, &right_keys[0], m, &ids[0])
     if failed:
-        free(table.keys)
-        free(table.ids)
         raise MemoryError("asof_backward: no memory for the key table")
     starts_array = np.zeros(table.used + 1, dtype=np.uint32)
     fill_array = np.empty(table.used, dtype=np.uint32)
@@ -458,17 +499,10 @@ def group_left(const int64_t[::1] left_keys, const int64_t[::1] left_times):
     ids_array = np.empty(n, dtype=np.uint32)
     cdef uint32_t[::1] ids = ids_array
     cdef Table table
-    table.keys = NULL
-    table.ids = NULL
-    table.used = 0
     cdef int failed = 0
     with nogil:
-        failed = _allocate(&table, 16, 64 - 4)
-        if not failed and n:
-            failed = _insert_all(&table, &left_keys[0], n, &ids[0])
+        failed = _key_table(&table, &left_keys[0] if n else NULL, n, &ids[0] if n else NULL)
     if failed:
-        free(table.keys)
-        free(table.ids)
         raise MemoryError("group_left: no memory for the key table")
     cdef Py_ssize_t groups = table.used
     keys_array = np.empty(groups, dtype=np.int64)
@@ -481,7 +515,6 @@ def group_left(const int64_t[::1] left_keys, const int64_t[::1] left_times):
     cdef uint32_t[::1] fill = fill_array
     cdef uint32_t[::1] rows = rows_array
     cdef int64_t[::1] times = times_array
-    cdef Record* scratch = NULL
     with nogil:
         for i in range(n):
             starts[ids[i] + 1] += 1
@@ -494,19 +527,7 @@ def group_left(const int64_t[::1] left_keys, const int64_t[::1] left_times):
             rows[fill[ids[i]]] = <uint32_t>i
             times[fill[ids[i]]] = left_times[i]
             fill[ids[i]] += 1
-        if longest > 24:
-            scratch = <Record*>malloc(longest * sizeof(Record))
-            if scratch == NULL:
-                failed = 1
-        if not failed:
-            for s in range(groups):
-                k = starts[s]
-                end = starts[s + 1]
-                while k + 1 < end and times[k] <= times[k + 1]:
-                    k += 1
-                if k + 1 < end:
-                    _sort_run(&times[starts[s]], &rows[starts[s]], end - starts[s], scratch)
-        free(scratch)
+        failed = n > 0 and _sort_groups(&starts[0], groups, longest, &times[0], &rows[0]) < 0
     free(table.keys)
     free(table.ids)
     if failed:
@@ -525,7 +546,7 @@ def asof_grouped(grouped, const int64_t[::1] right_keys, const int64_t[::1] righ
     cdef const uint32_t[::1] starts = grouped[1]
     cdef const uint32_t[::1] rows = grouped[2]
     cdef const int64_t[::1] times = grouped[3]
-    cdef Py_ssize_t groups = keys.shape[0], m = right_keys.shape[0], i, j, s, k, span = 0, ids = 0, matched = 0
+    cdef Py_ssize_t groups = keys.shape[0], m = right_keys.shape[0], i, j, s, k, ids = 0, matched = 0
     cdef const int64_t* tiebreak = NULL
     if right_tiebreak is not None:
         if right_tiebreak.shape[0] != m:
@@ -536,46 +557,20 @@ def asof_grouped(grouped, const int64_t[::1] right_keys, const int64_t[::1] righ
         raise ValueError("asof_grouped takes fewer than 2**32 - 1 right rows")
     if m == 0 or groups == 0:
         return np.empty(0, dtype=np.uint32), np.empty(0, dtype=np.int64)
-    cdef Table table
-    table.keys = NULL
-    table.ids = NULL
-    table.used = 0
+    cdef KeyIds key_ids
     cdef int status = 1
-    cdef int64_t low = right_keys[0], high = right_keys[0], key, t, previous, base
     right_ids_array = np.empty(m, dtype=np.uint32)
     cdef uint32_t[::1] right_ids = right_ids_array
-    cdef int32_t* direct = NULL
     cdef int32_t* group = NULL  # by right key id: the left group with that key, -1 if none
     cdef KeyState* state = NULL
-    cdef KeyState* st
     cdef uint32_t* out_rows = NULL
     cdef int64_t* found = NULL
     cdef int64_t* compact_times = NULL  # the answered rows' times, in result order: the sweep reads them near
     cdef Py_ssize_t answered = 0, c
     with nogil:
-        for j in range(1, m):
-            if right_keys[j] < low:
-                low = right_keys[j]
-            elif right_keys[j] > high:
-                high = right_keys[j]
-        if <uint64_t>high - <uint64_t>low < <uint64_t>(4 * m + 4096):  # dense keys: a plain array, no hashing
-            span = <Py_ssize_t>(<uint64_t>high - <uint64_t>low) + 1
-            direct = <int32_t*>malloc(span * sizeof(int32_t))
-            if direct == NULL:
-                status = -1
-            else:
-                for i in range(span):
-                    direct[i] = -1
-                for j in range(m):
-                    k = <Py_ssize_t>(<uint64_t>right_keys[j] - <uint64_t>low)
-                    if direct[k] < 0:
-                        direct[k] = <int32_t>ids
-                        ids += 1
-                    right_ids[j] = <uint32_t>direct[k]
-        elif _allocate(&table, 16, 64 - 4) < 0 or _insert_all(&table, &right_keys[0], m, &right_ids[0]) < 0:
+        ids = _number_keys(&key_ids, &right_keys[0], m, &right_ids[0])
+        if ids < 0:
             status = -1
-        else:
-            ids = table.used
         if status == 1:
             group = <int32_t*>malloc((ids + 1) * sizeof(int32_t))
             state = <KeyState*>malloc((ids + 1) * sizeof(KeyState))  # by answered key, at most one per right key
@@ -585,13 +580,7 @@ def asof_grouped(grouped, const int64_t[::1] right_keys, const int64_t[::1] righ
             for s in range(ids):
                 group[s] = -1
             for s in range(groups):  # each left key's right key id: only the keys with right rows are answered
-                key = keys[s]
-                i = -1
-                if span:
-                    if key >= low and key <= high:
-                        i = direct[<Py_ssize_t>(<uint64_t>key - <uint64_t>low)]
-                else:
-                    i = table.ids[_find(&table, key)]
+                i = _key_id(&key_ids, keys[s])
                 if i >= 0:
                     group[i] = <int32_t>answered
                     state[answered].next = <uint32_t>matched  # positions in the result from here on
@@ -613,33 +602,9 @@ def asof_grouped(grouped, const int64_t[::1] right_keys, const int64_t[::1] righ
                     compact_times[k] = times[i]
                     k += 1
                 state[c].end = <uint32_t>k
-        if status == 1:
-            for j in range(m):  # the right rows in their order: each answers its key's left rows before it
-                s = group[right_ids[j]]
-                if s < 0:
-                    continue
-                st = &state[s]
-                t = right_times[j]
-                previous = st.last
-                if previous >= 0 and (t < st.last_time or (t == st.last_time and (
-                        tiebreak == NULL or tiebreak[j] <= tiebreak[previous]))):
-                    status = 0
-                    break
-                k = st.next
-                if k < st.end and compact_times[k] < t:
-                    while k < st.end and compact_times[k] < t:
-                        found[k] = previous if previous >= 0 else BEFORE
-                        k += 1
-                    st.next = <uint32_t>k
-                st.last = j
-                st.last_time = t
-        if status == 1:
-            for c in range(answered):  # the rows at or after a key's last record
-                for k in range(state[c].next, state[c].end):
-                    found[k] = state[c].last
-    free(direct)
-    free(table.keys)
-    free(table.ids)
+            status = _answer(&right_ids[0], &right_times[0], tiebreak, m, group, state, answered, compact_times,
+                             NULL, True, found)
+    _free_ids(&key_ids)
     free(group)
     free(state)
     free(compact_times)
