@@ -158,3 +158,28 @@ def test_bad_keys_are_refused_before_any_bucket_is_read(tmp_path, bad):
         table.lookup(bad)
     assert table.lookup([{"id": 1}, {"id": 2}, {"id": 3}])["v"].to_list() == ["a", "b", "c"]
 
+
+
+def test_a_cached_gather_plan_does_not_keep_merged_segments_alive(tmp_path):
+    """A lookup caches a gather plan holding its segments; once a flush merges those segments away, no cached plan
+    may hold them (their memory and mapped files go with the store's own references). Only this table's segments
+    are looked at: other tests' stores in the same process do not count."""
+    import fluss_lake.kv.state_reader as state_reader
+
+    conn = fl.connect(str(tmp_path))
+    conn.create_database("d")
+    conn.create_table("d.t", schema={"id": "BIGINT", "v": "STRING"}, primary_key=["id"], bucket_num=1)
+    table = conn.get_table("d.t")
+    keys = pl.DataFrame({"id": [1, 2, 3]})
+    for step in range(3):
+        table.upsert(pl.DataFrame({"id": [1, 2, 3], "v": [f"{step}-{i}" for i in (1, 2, 3)]}))
+        assert table.lookup(keys)["v"].to_list() == [f"{step}-{i}" for i in (1, 2, 3)]
+    store = table._tablets().kv_tablet(0).kv
+    before = list(store.segments)  # held here: their ids stay unique until the end of the test
+    mine = {id(s) for s in before}
+    assert any(not mine.isdisjoint(key) for key in list(state_reader._PLANS))  # the lookups cached a plan over them
+    table.snapshot()  # flushes the memtable: its segments are merged into a file segment
+    merged_away = mine - {id(s) for s in store.segments}
+    assert merged_away
+    assert all(merged_away.isdisjoint(key) for key in list(state_reader._PLANS))  # no plan keeps one of them
+    assert table.lookup(keys)["v"].to_list() == ["2-1", "2-2", "2-3"]
