@@ -352,38 +352,57 @@ class RemoteConnection:
         return f"<RemoteConnection {self.url}>"
 
 
-def _plain_key(keys: Any, dtypes: Mapping[str, pl.DataType]) -> dict[str, Any] | None:
+_INT_BITS: dict[str, int] = {"Int8": 8, "Int16": 16, "Int32": 32, "Int64": 64}
+
+
+def _key_ranges(dtypes: Mapping[str, pl.DataType]) -> dict[str, tuple[int, int] | None]:
+    """Per column a plain key value may be given for: the range of its integer type, or None for a string."""
+    ranges: dict[str, tuple[int, int] | None] = {}
+    for name, dtype in dtypes.items():
+        bits = _INT_BITS.get(str(dtype), 0)
+        if bits:
+            ranges[name] = (-(2 ** (bits - 1)), 2 ** (bits - 1))
+        elif dtype == pl.String:
+            ranges[name] = None
+    return ranges
+
+
+def _plain_key(keys: Any, ranges: Mapping[str, tuple[int, int] | None]) -> dict[str, Any] | None:
     """The one key of `keys` when it is a dict of plain ints/strings for integer/string key columns (a request per
-    key is the latency case), else None: anything else goes through the library's conformance (and its errors)."""
+    key is the latency case; `ranges` from :func:`_key_ranges`), else None: anything else goes through the
+    library's conformance (and its errors)."""
     if not (isinstance(keys, list) and len(keys) == 1 and isinstance(keys[0], dict)):
         return None
     key: dict[str, Any] = keys[0]
     for name, value in key.items():
-        dtype = dtypes.get(name)
-        if dtype is None:
+        if name not in ranges:
             return None
-        if type(value) is int and dtype.is_integer():
-            bits = 8 * {"Int8": 1, "Int16": 2, "Int32": 4, "Int64": 8}.get(str(dtype), 0)
-            if not bits or not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+        bounds = ranges[name]
+        if bounds is None:
+            if type(value) is not str:
                 return None
-        elif not (type(value) is str and dtype == pl.String):
+        elif not (type(value) is int and bounds[0] <= value < bounds[1]):
             return None
     return key
 
 
 def _simple_keys(keys: Any, dtypes: Mapping[str, pl.DataType]) -> pa.Table | None:
     """:func:`_plain_key`'s key straight to Arrow."""
-    key = _plain_key(keys, dtypes)
+    key = _plain_key(keys, _key_ranges(dtypes))
     if key is None:
         return None
     fields = []
     for name, value in key.items():
         if type(value) is int:
-            bits = 8 * {"Int8": 1, "Int16": 2, "Int32": 4, "Int64": 8}[str(dtypes[name])]
-            fields.append(pa.field(name, pa.int64() if bits == 64 else getattr(pa, f"int{bits}")()))
+            bits = _INT_BITS[str(dtypes[name])]
+            fields.append(pa.field(name, getattr(pa, f"int{bits}")()))
         else:
             fields.append(pa.field(name, pa.large_string()))
     return pa.Table.from_pylist([key], schema=pa.schema(fields))
+
+
+#: :meth:`RemoteTable._point_facts`.
+_PointFacts = tuple[pl.Schema, dict[str, tuple[int, int] | None], frozenset[str], tuple[bytes, bytes]]
 
 
 class RemoteTable:
@@ -392,16 +411,29 @@ class RemoteTable:
     def __init__(self, connection: RemoteConnection, info: TableInfo) -> None:
         self._connection = connection
         self._info = info
-        self._cached_dtypes: tuple[TableInfo, pl.Schema] | None = None
+        self._cached_dtypes: tuple[TableInfo, _PointFacts] | None = None
 
     def _name(self) -> str:
         return str(self._info.path)
 
     def _dtypes(self) -> pl.Schema:
         """The columns' Polars types, made once per metadata version (a one-key request should not rebuild them)."""
+        return self._point_facts()[0]
+
+    def _point_facts(self) -> _PointFacts:
+        """What a one-key lookup needs, made once per metadata version: the Polars types, the plain key values'
+        ranges (:func:`_key_ranges`), the primary key's names and the JSON heads of its commands (by
+        ``with_found``: ``encode_command`` up to the key's value)."""
         cached = self._cached_dtypes
         if cached is None or cached[0] is not self._info:
-            cached = self._cached_dtypes = (self._info, self._info.schema.polars_schema)
+            dtypes = self._info.schema.polars_schema
+            head = [
+                encode_command("lookup", table=self._name(), with_found=found, key=None)[: -len(b"null}")]
+                for found in (False, True)
+            ]
+            heads = (head[0], head[1])
+            facts = (dtypes, _key_ranges(dtypes), frozenset(self._info.schema.primary_key), heads)
+            cached = self._cached_dtypes = (self._info, facts)
         return cached[1]
 
     # ------------------------------------------------------------ metadata
@@ -487,10 +519,12 @@ class RemoteTable:
 
     def lookup(self, keys: Any, *, with_found: bool = False, with_offsets: bool = False) -> pl.DataFrame:
         """Current rows for the given primary keys, in key order (see :meth:`fluss_lake.Table.lookup`)."""
-        key = None if with_offsets else _plain_key(keys, self._dtypes())
-        if key is not None and key.keys() == set(self.schema.primary_key):  # one key: the point path, no IPC in
-            command = encode_command("lookup", table=self._name(), with_found=with_found, key=key)
-            return self._connection._point("lookup", command)
+        if not with_offsets:
+            _, ranges, primary_key, heads = self._point_facts()
+            key = _plain_key(keys, ranges)
+            if key is not None and key.keys() == primary_key:  # one key: the point path, no IPC in
+                command = heads[with_found] + json.dumps(key, separators=(",", ":")).encode() + b"}"
+                return self._connection._point("lookup", command)
         command = encode_command("lookup", table=self._name(), with_found=with_found, with_offsets=with_offsets)
         return self._connection._exchange("lookup", command, self._keys(keys))
 

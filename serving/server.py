@@ -29,7 +29,7 @@ import time
 import traceback
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -58,6 +58,7 @@ from serving.errors import (
 )
 from serving.lane import LaneServer
 from serving.metrics import Metrics
+from serving.one_row import row_encoder
 from serving.protocol import (
     ACTIONS,
     EXCHANGE_VERBS,
@@ -75,6 +76,8 @@ __all__ = ["FlussLakeServer", "ServerConfig", "is_loopback"]
 
 _log = logging.getLogger("serving")
 _IPC_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an Arrow IPC stream's end-of-stream marker
+#: A table's point answers: their Arrow schema, its IPC stream head, the packer of one row (or None: pyarrow's).
+_PointEncoder = tuple[pa.Schema, bytes, Callable[[Sequence[Any]], bytes] | None]
 STATUS_PREFIX = "__fl_status_"
 TIME_PREFIX = "__fl_time_"
 
@@ -275,7 +278,7 @@ class FlussLakeServer(flight.FlightServerBase):
         self._views: OrderedDict[tuple[str, int], FeatureView] = OrderedDict()
         self._view_lists: dict[str, list[FeatureView]] = {}  # the views of a request's definitions (its JSON)
         self._write_locks: dict[str, threading.Lock] = {}
-        self._schemas: dict[tuple[str, bool], tuple[Any, tuple[pa.Schema, bytes] | None]] = {}
+        self._schemas: dict[tuple[str, bool], tuple[Any, _PointEncoder | None]] = {}
         self._coalescer = Coalescer()
         self._commands: dict[bytes, dict[str, Any]] = {}  # unary commands decoded before (protocol.decode_unary)
         self._views_keys: dict[int, tuple[dict[str, Any], str]] = {}  # a known command's views key, by its id
@@ -510,12 +513,15 @@ class FlussLakeServer(flight.FlightServerBase):
         values = row if row is not None else key  # absent: the key columns set, the others null
         if with_found:
             values = {**values, "_found": row is not None}
-        schema, head = encoder
+        schema, head, pack = encoder
+        if pack is not None:
+            return head + pack([values.get(name) for name in schema.names]) + _IPC_END
         return head + pa.RecordBatch.from_pylist([values], schema=schema).serialize().to_pybytes() + _IPC_END
 
-    def _point_encoder(self, table: fl.Table, with_found: bool) -> tuple[pa.Schema, bytes] | None:
-        """The Arrow schema of `table`'s point answers and its IPC stream head, made once per table version (None
-        if a column is nested: those rows go through the batched path)."""
+    def _point_encoder(self, table: fl.Table, with_found: bool) -> _PointEncoder | None:
+        """The Arrow schema of `table`'s point answers, its IPC stream head and the packer of one answer row
+        (:mod:`serving.one_row`; None for column types it does not pack: pyarrow builds those rows), made once per
+        table version (None if a column is nested: those rows go through the batched path)."""
         cache_key = (str(table.path), with_found)
         cached = self._schemas.get(cache_key)
         if cached is not None and cached[0] is table.info:
@@ -526,7 +532,7 @@ class FlussLakeServer(flight.FlightServerBase):
             schema = pl.DataFrame(schema=dtypes).to_arrow().schema
             if with_found:
                 schema = schema.append(pa.field("_found", pa.bool_()))
-            encoder = (schema, schema.serialize().to_pybytes())
+            encoder = (schema, schema.serialize().to_pybytes(), row_encoder(schema))
         self._schemas[cache_key] = (table.info, encoder)
         return encoder
 

@@ -70,6 +70,37 @@ def murmur3_rows(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_
             out[i] = h
 
 
+cdef inline uint32_t fmix32(uint32_t h) noexcept nogil:
+    h ^= h >> 16
+    h *= F1
+    h ^= h >> 13
+    h *= F2
+    return h ^ (h >> 16)
+
+
+def fluss_bucket_one(bytes key, int32_t num_buckets):
+    """Fluss's bucket of one key's encoded bytes: Flink's murmur (seed 42, trailing bytes mixed one by one,
+    sign-extended), then ``MathUtils.murmurHash`` of that, its absolute value (0 for the minimum), modulo
+    `num_buckets` (the scalar twin of ``murmur3_rows`` followed by the bucket step, for single-key lookups)."""
+    cdef const uint8_t* p = <const uint8_t*> key
+    cdef Py_ssize_t length = len(key), words = length >> 2, j
+    cdef uint32_t h = 42, k
+    cdef int64_t signed
+    for j in range(words):
+        memcpy(&k, p + 4 * j, 4)
+        h = mix_h1(h, mix_k1(k))
+    for j in range(words * 4, length):
+        h = mix_h1(h, mix_k1(<uint32_t><int32_t>(<int8_t>p[j])))
+    h = fmix32(h ^ <uint32_t>length)
+    h = fmix32((rotl32(mix_k1(h), 13) * 5 + N) ^ 4)
+    signed = <int32_t>h
+    if signed == -2147483648:
+        signed = 0
+    elif signed < 0:
+        signed = -signed
+    return signed % num_buckets
+
+
 cdef inline uint64_t xxh_round(uint64_t acc, uint64_t lane) noexcept nogil:
     return rotl64(acc + lane * P2, 31) * P1
 

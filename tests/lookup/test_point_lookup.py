@@ -39,6 +39,13 @@ def test_scalar_key_functions_equal_vectorized(key, buckets) -> None:
     assert point_key.hash64(encoded) == int(hash64(array)[0])
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=64), st.integers(1, 2**31 - 1))
+def test_compiled_bucket_of_one_key_equals_the_python_reference(key, buckets) -> None:
+    # every tail length (0-3 trailing bytes, sign-extended when >= 0x80), the empty key, any bucket count
+    assert point_key.fluss_bucket(key, buckets) == point_key._fluss_bucket_py(key, buckets)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 40), st.sampled_from(["a", "b", "ü"])), min_size=1, max_size=50),
        st.sampled_from(["full", "prefix", "date"]))
