@@ -80,8 +80,12 @@ class Metrics:
     ) -> None:
         """Count one finished request."""
         bucket = bisect.bisect_left(LATENCY_BUCKETS_MS, seconds * 1000.0)
+        key = (table or "-", verb)
         with self._lock:
-            for series in (self._series.setdefault((table or "-", verb), _Series()), self._window):
+            own = self._series.get(key)
+            if own is None:  # not setdefault: that would build a series (and its histogram) every call
+                own = self._series[key] = _Series()
+            for series in (own, self._window):
                 series.requests += 1
                 series.errors += int(error)
                 series.rows_in += rows_in

@@ -170,7 +170,7 @@ def decode_command(raw: bytes, *, limit: int, expected: tuple[str, ...] | None =
             f"the request command is {len(raw)} bytes, over the limit of {limit}; send data in the stream"
         )
     try:
-        command = json.loads(raw or b"{}")
+        command = json.loads(bytes(raw).decode() if raw else "{}")  # str: json skips guessing the encoding
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise MalformedRequestError(f"the request command is not valid JSON: {exc}") from None
     if not isinstance(command, dict):
