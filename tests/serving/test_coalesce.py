@@ -92,11 +92,13 @@ def test_concurrent_served_requests_equal_embedded_answers(conn, server, monkeyp
     customer = conn.get_table("shop.customer")
     view = FeatureView.from_table(customer, entity_keys=["customer_id"], features=["tier", "score"], prefix="c__")
     entity_sets = [[1, 2, 99], [3], [2, 2, 1], [5, 3], [1]]
+    ready = threading.Barrier(len(entity_sets))  # connected and set up: the requests then go out together
 
     def ask(ids: list[int]) -> pl.DataFrame:
         with serving.connect(server.location, socket_lane=socket_lane) as client:
             remote_view = FeatureView.from_table(client.get_table("shop.customer"), entity_keys=["customer_id"],
                                                  features=["tier", "score"], prefix="c__")
+            ready.wait(30)
             return client.online_features({"customer_id": ids}, remote_view)
 
     with ThreadPoolExecutor(len(entity_sets)) as pool:
