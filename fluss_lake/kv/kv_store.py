@@ -155,7 +155,7 @@ class KvStore(StateReader):
 
     def _account(self) -> None:
         """Recount the bytes of the memtable (for the process budget)."""
-        self.memtable_bytes = sum(s.table.nbytes for s in self.segments[: self._memtable_size()])
+        self.memtable_bytes = sum(s.table_bytes() for s in self.segments[: self._memtable_size()])
 
     def flush_memtable(self) -> None:
         """Write the in-memory segments as one file segment, then compact the files."""

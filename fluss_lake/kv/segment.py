@@ -285,6 +285,13 @@ class Segment:
             frame.height,
         )
 
+    def table_bytes(self) -> int:
+        """The table's ``nbytes`` (cached: the table never changes, and Arrow recounts its buffers on each call)."""
+        cached = self.__dict__.get("_table_bytes")
+        if cached is None:
+            cached = self.__dict__["_table_bytes"] = self.table.nbytes
+        return cached
+
     @property
     def on_disk(self) -> bool:
         """Whether the segment is a file (memtable segments are not)."""

@@ -154,11 +154,13 @@ def iter_range(
         kind_expr = pl.col("_change_type").is_in(sorted(kinds))
         expr = kind_expr if expr is None else expr & kind_expr
 
+    exact = read_cols == list(columns)  # the frame's columns are the result's already: no select query
+
     def finish(run: list[LogBatch]) -> pl.DataFrame:
         frame = _batches_frame(source, bucket, run, read_cols, start)
         if expr is not None:
             frame = frame.filter(expr)
-        return frame.select(*SYSTEM_COLUMNS, *columns)
+        return frame if exact else frame.select(*SYSTEM_COLUMNS, *columns)
 
     run: list[LogBatch] = []
     held = 0

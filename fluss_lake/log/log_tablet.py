@@ -107,6 +107,7 @@ class LogTablet:
         self.hold_from: int | None = None
         self._next_path: tuple[int, str | None] = (-1, None)  # (log end, the local path of its next batch)
         self._held: dict[int, LogBatch] = {}
+        self._held_sizes: dict[int, int] = {}  # each held batch's rows' nbytes, counted once (Arrow recounts)
         self._held_bytes = 0
 
     def _open(self, key: str) -> pa.Buffer:
@@ -274,13 +275,13 @@ class LogTablet:
             if size > _HOLD_BATCH_BYTES or self._held_bytes + size > _HOLD_BYTES or base in self._held:
                 return
             self._held[base] = batch
+            self._held_sizes[base] = size
             self._held_bytes += size
 
     def _release(self, base: int) -> None:
         with self.lock:
-            batch = self._held.pop(base, None)
-            if batch is not None:
-                self._held_bytes -= batch.rows.nbytes
+            if self._held.pop(base, None) is not None:
+                self._held_bytes -= self._held_sizes.pop(base)
 
     def release_before(self, offset: int) -> None:
         """The state applied everything before `offset`: let go of held batches it no longer needs."""
