@@ -532,9 +532,23 @@ def _without_unchanged(emit: np.ndarray, old: pl.DataFrame, after: pl.DataFrame)
         return emit
     same = np.ones(len(emit), dtype=bool)
     for name in after.columns:
-        same &= old.get_column(name).eq_missing(after.get_column(name)).to_numpy()
+        same &= _equal_missing(old.get_column(name), after.get_column(name))
     unchanged = update & same
     return np.where(unchanged, EMIT_NOTHING, emit).astype(emit.dtype) if unchanged.any() else emit
+
+
+def _equal_missing(left: pl.Series, right: pl.Series) -> np.ndarray:
+    """``left.eq_missing(right)`` as a numpy mask; numbers without nulls compared in numpy (no Polars query), with
+    Polars' float equality (NaN equals NaN, -0.0 equals 0.0)."""
+    dtype = left.dtype
+    numeric = dtype.is_integer() or dtype.is_float() or dtype == pl.Boolean
+    if numeric and dtype == right.dtype and not left.null_count() and not right.null_count():
+        a, b = left.to_numpy(), right.to_numpy()
+        same = a == b
+        if dtype.is_float():
+            same |= np.isnan(a) & np.isnan(b)
+        return same
+    return left.eq_missing(right).to_numpy()
 
 
 def _key_ids(batch: pl.DataFrame, hashes: np.ndarray, primary_key: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

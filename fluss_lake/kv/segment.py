@@ -512,9 +512,11 @@ def remove_segment_file(path: str) -> None:
 
 def conform(table: pa.Table, schema: pl.Schema) -> pl.DataFrame:
     """Segment rows as a frame with the current `schema` (columns added later are null)."""
+    names = schema.names()
+    if table.column_names != names and set(names) <= set(table.column_names):  # projected in Arrow: no query
+        table = table.select(names)
     frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
-    names = schema.names()
     if frame.columns == names:  # the usual case: nothing to add or reorder
         return frame
     missing = [pl.lit(None, dtype).alias(name) for name, dtype in schema.items() if name not in frame.columns]

@@ -336,9 +336,11 @@ class StateReader:
 
     def range_rows(self, lo: np.ndarray, hi: np.ndarray, *, with_offsets: bool = False) -> pl.DataFrame:
         """Live rows whose hash lies in any ``[lo[i], hi[i])`` (prefix lookups), newest version of each key; with
-        `with_offsets`, then :data:`OFFSET_COLUMN` (as :meth:`lookup`)."""
+        `with_offsets`, then :data:`OFFSET_COLUMN` (as :meth:`lookup`). Frames are built from their columns and
+        ordered in numpy: no Polars query per segment."""
         parts = []
-        for rank, segment in enumerate(self.segments):
+        wanted = set(self.schema.names())
+        for segment in self.segments:
             if segment.rows == 0:
                 continue
             starts = segment.lower_bounds(lo)
@@ -347,18 +349,15 @@ class StateReader:
             if lengths.sum() == 0:
                 continue
             idx = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
-            taken = conform(take(segment.table, idx), self.schema)
+            values = segment.table.select([c for c in segment.table.column_names if c in wanted])
+            columns = conform(take(values, idx), self.schema).get_columns()
             if with_offsets:
                 column = segment.columns().get(OFFSET_COLUMN)
                 offsets = take(column, idx) if column is not None else pa.nulls(len(idx), pa.int64())
-                taken = taken.with_columns(pl.Series(OFFSET_COLUMN, offsets))
-            parts.append(
-                taken.with_columns(
-                    pl.Series(TOMB_COLUMN, segment.tomb[idx]),
-                    pl.lit(rank).alias("__rank"),
-                    pl.Series("__probe", np.repeat(np.arange(len(lo)), lengths)),
-                )
-            )
+                columns.append(pl.Series(OFFSET_COLUMN, offsets))
+            columns.append(pl.Series(TOMB_COLUMN, segment.tomb[idx]))
+            columns.append(pl.Series("__probe", np.repeat(np.arange(len(lo)), lengths)))
+            parts.append(pl.DataFrame(columns))
         if not parts:
             empty = pl.DataFrame(schema=self.schema)
             if with_offsets:
@@ -368,7 +367,9 @@ class StateReader:
             merged = parts[0]
         else:  # parts are newest first: the first row of a (key, probe) is its newest version
             merged = distinct(pl.concat(parts), [*self.primary_key, "__probe"], keep="first")
-        return merged.filter(~pl.col(TOMB_COLUMN)).sort("__probe", maintain_order=True).drop(TOMB_COLUMN, "__rank")
+        live = np.flatnonzero(~merged.get_column(TOMB_COLUMN).to_numpy())
+        live = live[np.argsort(merged.get_column("__probe").to_numpy()[live], kind="stable")]  # by probe, in order
+        return pl.DataFrame([c for c in merged.get_columns() if c.name != TOMB_COLUMN])[live]
 
     def scan(self) -> pl.DataFrame:
         """All live rows (newest version of each key), in hash order within each segment."""

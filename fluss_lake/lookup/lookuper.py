@@ -82,6 +82,13 @@ def _with_offsets(rows: pl.DataFrame, bucket: int) -> pl.DataFrame:
     return rows.hstack([pl.Series("_bucket", np.full(rows.height, bucket, dtype=np.int32)), offsets])
 
 
+def _equal_at(values: pl.Series, keys: pl.Series, at: np.ndarray) -> np.ndarray:
+    """``values == keys[at]`` with nulls unequal, as a numpy mask (integers without nulls compared in numpy)."""
+    if values.dtype.is_integer() and values.dtype == keys.dtype and not values.null_count() and not keys.null_count():
+        return np.asarray(values.to_numpy() == keys.to_numpy()[at], dtype=bool)
+    return (values == keys[at]).fill_null(False).to_numpy()
+
+
 def _bucket_positions(buckets: np.ndarray) -> dict[int, np.ndarray | None]:
     """Positions of the keys of each bucket, in key order (None: every key is in that one bucket)."""
     if buckets.size == 0:
@@ -445,12 +452,13 @@ class PrefixLookuper:
         return self._lookup_in(runtime.tablets(self.partition), frame, empty, with_offsets)
 
     def _lookup_in(self, tablets: TabletSet, frame: pl.DataFrame, empty: dict, with_offsets: bool) -> pl.DataFrame:
-        """Prefix keys of one unpartitioned table or partition, probed bucket by bucket."""
-        indexed = frame.with_columns(pl.Series("__pos", np.arange(frame.height)))
+        """Prefix keys of one unpartitioned table or partition, probed bucket by bucket (frames are built from
+        their columns, filtered and ordered in numpy: no Polars query per bucket)."""
+        indexed = pl.DataFrame([*frame.get_columns(), pl.Series("__pos", np.arange(frame.height))])
         parts = []
         for bucket, part in split_by_bucket(indexed, buckets_of(tablets.info, frame)).items():
             tablet = tablets.kv_tablet(bucket)
-            probe = part.drop("__pos")
+            probe = pl.DataFrame([c for c in part.get_columns() if c.name != "__pos"])
             lo, hi = prefix_ranges(probe, self.prefix)
             with tablet.lock:
                 tablet.catch_up()
@@ -459,13 +467,15 @@ class PrefixLookuper:
                 continue
             if with_offsets:
                 rows = _with_offsets(rows, bucket)
-            probe_pos = part.get_column("__pos").to_numpy()[rows.get_column("__probe").to_numpy()]
-            expected = probe[rows.get_column("__probe").to_numpy()]
+            probes = rows.get_column("__probe").to_numpy()
+            probe_pos = part.get_column("__pos").to_numpy()[probes]
             same = np.ones(rows.height, dtype=bool)
             for column in self.prefix:  # 32-bit prefix hashes may collide: compare the real values
-                same &= (rows.get_column(column) == expected.get_column(column)).fill_null(False).to_numpy()
-            rows = rows.drop("__probe").with_columns(pl.Series("_key_index", probe_pos)).filter(pl.Series(same))
-            parts.append(rows.select(list(empty)))
+                same &= _equal_at(rows.get_column(column), probe.get_column(column), probes)
+            key_index = pl.Series("_key_index", probe_pos)
+            picked = pl.DataFrame([key_index if name == "_key_index" else rows.get_column(name) for name in empty])
+            parts.append(picked if same.all() else picked[np.flatnonzero(same)])
         if not parts:
             return pl.DataFrame(schema=empty)
-        return pl.concat(parts, how="vertical").sort("_key_index", maintain_order=True)
+        merged = pl.concat(parts, how="vertical")
+        return merged[np.argsort(merged.get_column("_key_index").to_numpy(), kind="stable")]  # key order, stable
