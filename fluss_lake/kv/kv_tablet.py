@@ -538,17 +538,32 @@ def _without_unchanged(emit: np.ndarray, old: pl.DataFrame, after: pl.DataFrame)
 
 
 def _equal_missing(left: pl.Series, right: pl.Series) -> np.ndarray:
-    """``left.eq_missing(right)`` as a numpy mask; numbers without nulls compared in numpy (no Polars query), with
-    Polars' float equality (NaN equals NaN, -0.0 equals 0.0)."""
+    """``left.eq_missing(right)`` as a numpy mask; integers and floats compared in numpy (no Polars query), with
+    Polars' float equality (NaN equals NaN, -0.0 equals 0.0) and nulls equal only to nulls."""
     dtype = left.dtype
-    numeric = dtype.is_integer() or dtype.is_float() or dtype == pl.Boolean
-    if numeric and dtype == right.dtype and not left.null_count() and not right.null_count():
-        a, b = left.to_numpy(), right.to_numpy()
-        same = a == b
-        if dtype.is_float():
-            same |= np.isnan(a) & np.isnan(b)
+    if not (dtype.is_integer() or dtype.is_float()) or dtype != right.dtype:
+        return left.eq_missing(right).to_numpy()
+    (a, a_valid), (b, b_valid) = _numbers(left), _numbers(right)
+    same = a == b
+    if dtype.is_float():
+        same |= np.isnan(a) & np.isnan(b)
+    if a_valid is None and b_valid is None:
         return same
-    return left.eq_missing(right).to_numpy()
+    a_valid = np.ones(len(a), dtype=bool) if a_valid is None else a_valid
+    b_valid = np.ones(len(b), dtype=bool) if b_valid is None else b_valid
+    return (same & a_valid & b_valid) | ~(a_valid | b_valid)
+
+
+def _numbers(series: pl.Series) -> tuple[np.ndarray, np.ndarray | None]:
+    """A numeric column's values (whatever sits under a null) and validity mask (None: no nulls), from Arrow."""
+    if not series.null_count():
+        return series.to_numpy(), None
+    array = series.to_arrow()
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    values = np.frombuffer(array.buffers()[1], dtype=array.type.to_pandas_dtype())
+    valid = array.is_valid().to_numpy(zero_copy_only=False)
+    return values[array.offset : array.offset + len(array)], valid
 
 
 def _key_ids(batch: pl.DataFrame, hashes: np.ndarray, primary_key: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
