@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 import polars as pl
 
-__all__ = ["distinct"]
+__all__ = ["distinct", "distinct_rows"]
 
 
 def distinct(
@@ -37,7 +37,7 @@ def distinct(
         return frame
     series = [frame.get_column(c) for c in columns]
     if all(s.dtype.is_integer() and not s.null_count() for s in series):  # integer keys: numpy, no Polars query
-        return _distinct_integers(frame, columns, [s.to_numpy() for s in series], keep)
+        return _distinct_integers(frame, [s.to_numpy() for s in series], keep)
     if any(s.dtype.is_float() for s in series):  # -0.0 == 0.0 but may hash apart: compare exactly
         return frame.filter(_exact_mask(frame, columns, keep))
     key = pl.col(columns[0]) if len(columns) == 1 else pl.struct(columns)
@@ -58,35 +58,43 @@ def _exact_mask(frame: pl.DataFrame, columns: list[str], keep: str) -> pl.Series
     return frame.select(chosen).to_series()
 
 
-def _distinct_integers(frame: pl.DataFrame, columns: list[str], keys: list[np.ndarray], keep: str) -> pl.DataFrame:
-    """:func:`distinct` on integer key columns without nulls, in numpy: a sort finds whether any key repeats (one
-    column compared exactly; several mixed into one ``uint64`` first, the rows whose mix repeats compared exactly)."""
+def _distinct_integers(frame: pl.DataFrame, keys: list[np.ndarray], keep: str) -> pl.DataFrame:
+    """:func:`distinct` on integer key columns without nulls (see :func:`distinct_rows`)."""
+    rows = distinct_rows(keys, keep)
+    return frame if rows is None else frame[rows]  # a gather, no Polars query
+
+
+def distinct_rows(keys: list[np.ndarray], keep: str = "first") -> np.ndarray | None:
+    """Positions (ascending) of the rows :func:`distinct` keeps, for integer key columns as numpy arrays; None when
+    no key repeats. A sort finds repeats (several columns mixed into one ``uint64`` first); only the rows whose
+    mix repeats are compared exactly, in one stable sort."""
     value = keys[0] if len(keys) == 1 else _mix(keys)
     ranked = np.sort(value)
     if not (ranked[1:] == ranked[:-1]).any():
-        return frame
+        return None
     if len(keys) == 1:
-        chosen = _first_or_last(value, keep)
-        return frame[np.flatnonzero(chosen)]  # a gather, no Polars query
+        return np.flatnonzero(_first_or_last(keys, keep))
     order = np.argsort(value)
     same = value[order][1:] == value[order][:-1]
     repeated = np.zeros(len(value), dtype=bool)
     repeated[order[1:][same]] = True
     repeated[order[:-1][same]] = True
     rows = np.flatnonzero(repeated)
-    chosen = _exact_mask(frame[rows], columns, keep).to_numpy()
+    chosen = _first_or_last([k[rows] for k in keys], keep)
     if chosen.all():
-        return frame
+        return None
     repeated[rows] = ~chosen  # now: the rows to drop
-    return frame[np.flatnonzero(~repeated)]
+    return np.flatnonzero(~repeated)
 
 
-def _first_or_last(values: np.ndarray, keep: str) -> np.ndarray:
-    """Which entries are the first (or last) of their value, in order (a stable sort keeps equal values in order)."""
-    order = np.argsort(values, kind="stable")
-    ranked = values[order]
-    change = ranked[1:] != ranked[:-1]
-    chosen = np.zeros(len(values), dtype=bool)
+def _first_or_last(keys: list[np.ndarray], keep: str) -> np.ndarray:
+    """Which rows are the first (or last) of their key, in order (a stable sort keeps equal keys in row order)."""
+    order = np.argsort(keys[0], kind="stable") if len(keys) == 1 else np.lexsort(keys[::-1])
+    change = np.zeros(max(len(order) - 1, 0), dtype=bool)
+    for key in keys:
+        ranked = key[order]
+        change |= ranked[1:] != ranked[:-1]
+    chosen = np.zeros(len(order), dtype=bool)
     chosen[order[np.r_[True, change] if keep != "last" else np.r_[change, True]]] = True
     return chosen
 

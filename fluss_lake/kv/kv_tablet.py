@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from fluss_lake._utils.arrow_pool import pool
-from fluss_lake._utils.distinct import distinct
+from fluss_lake._utils.distinct import distinct, distinct_rows
 from fluss_lake.exceptions import CommitConflictError, CorruptedDataError
 from fluss_lake.io import layout
 from fluss_lake.io.store import ObjectStore
@@ -31,6 +31,7 @@ from fluss_lake.kv.kv_snapshot import KvSnapshots
 from fluss_lake.kv.kv_store import OFFSET_COLUMN, TS_COLUMN, KvStore
 from fluss_lake.kv.merge.row_merger import EMIT_DELETE, EMIT_INSERT, EMIT_NOTHING, EMIT_UPDATE, MergeRound, RowMerger
 from fluss_lake.kv.row_gather import take_rows
+from fluss_lake.kv.segment import take
 from fluss_lake.log.log_batch import CHANGE_TYPE_COLUMN, BatchHeader, LogBatch, delete_count, encode_batch
 from fluss_lake.log.log_tablet import LogTablet
 
@@ -189,6 +190,8 @@ class KvTablet:
                     frames.append(self._changelog_frame(run))
                     self._apply_changelog(pl.concat(frames, how="vertical_relaxed"))
                     frames, run, rows = [], [], 0
+            if run and not frames and self._apply_arrow(run):
+                run = []
             if run:
                 frames.append(self._changelog_frame(run))
             if frames:
@@ -197,6 +200,48 @@ class KvTablet:
         if self.log.hold_from != self.applied:
             self.log.release_before(self.applied)
         return end
+
+    def _apply_arrow(self, run: Sequence[LogBatch]) -> bool:
+        """:meth:`_apply_changelog` of consecutive batches straight from Arrow, when their columns are exactly what
+        the Polars path would hand the store (the table's schema as Polars exports it) and the key is integers
+        without nulls: no conversion to Polars and back. False (nothing applied) otherwise."""
+        table = run[0].rows if len(run) == 1 else pa.concat_tables([b.rows for b in run])
+        if self.auto_increment is not None or not table.schema.equals(self._changelog_schema(), check_metadata=True):
+            return False
+        keys = [table.column(c) for c in self.primary_key]
+        if not all(pa.types.is_integer(k.type) and not k.null_count for k in keys):
+            return False
+        counts = np.fromiter((b.rows.num_rows for b in run), dtype=np.int64, count=len(run))
+        bases = np.fromiter((b.header.base_offset for b in run), dtype=np.int64, count=len(run))
+        stamps = np.fromiter((b.header.commit_ts for b in run), dtype=np.int64, count=len(run))
+        types = table.column(CHANGE_TYPE_COLUMN).to_numpy()
+        rows = np.flatnonzero(types != UPDATE_BEFORE)
+        if not len(rows):
+            return True
+        values = [k.to_numpy() for k in keys]
+        kept = distinct_rows([v[rows] for v in values], keep="last")
+        rows = rows if kept is None else rows[kept]
+        names = self.schema.names()
+        data = table.select(names)
+        data = data if len(rows) == table.num_rows else take(data, rows)
+        key_frame = pl.DataFrame([pl.Series(c, v[rows]) for c, v in zip(self.primary_key, values, strict=True)])
+        offsets = np.arange(table.num_rows, dtype=np.int64) + np.repeat(bases - (np.cumsum(counts) - counts), counts)
+        self.kv.apply(
+            index_hashes(key_frame, self.primary_key, self.prefix_key),
+            data,
+            types[rows] == DELETE,
+            np.repeat(stamps, counts)[rows],
+            offsets=offsets[rows],
+        )
+        return True
+
+    def _changelog_schema(self) -> pa.Schema:
+        """The Arrow schema of changelog rows written with the current schema, as Polars exports it (cached)."""
+        cached = self.__dict__.get("_changelog_arrow")
+        if cached is None or cached[0] is not self.schema:
+            frame = pl.DataFrame(schema={CHANGE_TYPE_COLUMN: pl.Int8, **dict(self.schema)})
+            cached = self.__dict__["_changelog_arrow"] = (self.schema, frame.to_arrow().schema)
+        return cached[1]
 
     def _changelog_frame(self, run: Sequence[LogBatch]) -> pl.DataFrame:
         """Changelog rows of consecutive batches with the same columns, with their commit times and offsets: one
