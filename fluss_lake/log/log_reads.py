@@ -73,7 +73,7 @@ def _batches_frame(
     if CHANGE_TYPE_COLUMN in frame.columns:  # the Enum's categories are the codes' names: a gather, no strings
         change = _CHANGE_NAMES.gather(frame.get_column(CHANGE_TYPE_COLUMN).cast(pl.UInt32))
     else:  # a log table: every record is +A (a constant column, no per-row strings)
-        change = _appends(n)
+        change = pl.repeat("+A", n, dtype=_CHANGE_ENUM, eager=True).alias("_change_type")
     schema = source.schema
     cols = []
     for name in columns:
@@ -90,24 +90,6 @@ def _batches_frame(
             *cols,
         ]
     )
-
-
-#: A column of +A (grown on demand, up to _APPENDS_CACHED rows) that reads of log tables slice: building an Enum
-#: column costs ~0.2 ms whatever its length, a zero-copy slice a few microseconds.
-_APPENDS_CACHED = 1 << 16
-_appends_column = [pl.repeat("+A", 1024, dtype=_CHANGE_ENUM, eager=True).alias("_change_type")]
-
-
-def _appends(n: int) -> pl.Series:
-    """``n`` records' ``_change_type`` on a log table: all +A."""
-    if n > _APPENDS_CACHED:
-        return pl.repeat("+A", n, dtype=_CHANGE_ENUM, eager=True).alias("_change_type")
-    column = _appends_column[0]
-    if column.len() < n:
-        column = _appends_column[0] = pl.repeat("+A", _APPENDS_CACHED, dtype=_CHANGE_ENUM, eager=True).alias(
-            "_change_type"
-        )
-    return column.slice(0, n)
 
 
 def empty_frame(schema: Schema, columns: Sequence[str]) -> pl.DataFrame:
