@@ -244,22 +244,47 @@ def test_stop_answers_the_requests_in_flight(conn, monkeypatch):
 
 
 def test_concurrent_online_features_share_a_call_and_a_bad_one_gets_its_own_error(conn, server, monkeypatch):
+    # Deterministic overlap (no sleeps): every client first opens its lane connection, then all send at once, and the first
+    # call the server makes holds its loop (a local store answers on the loop thread) until every online-features
+    # request has been sent, so the rest queue behind it and are read in one pass.
     real = server.serve_features
     calls = []
+    sets = [[1, 2], [3], [2, 99], [1], [3, 3, 1]]
+    ready = threading.Barrier(len(sets) + 1)
+    sent: list[int] = []
+    all_sent = threading.Event()
+    real_send = lane_module.LaneClient._send
+
+    class Signalling:
+        def __init__(self, sock):
+            self._sock = sock
+
+        def sendall(self, data):
+            self._sock.sendall(data)
+            if b"online_features" in data:
+                sent.append(1)
+                if len(sent) >= len(sets) + 1:
+                    all_sent.set()
+
+        def __getattr__(self, name):
+            return getattr(self._sock, name)
+
+    monkeypatch.setattr(lane_module.LaneClient, "_send", staticmethod(lambda sock, body: real_send(Signalling(sock), body)))
 
     def slow(entities, *args, **kwargs):
         calls.append(entities.height)
-        time.sleep(0.05)
+        all_sent.wait(10)
         return real(entities, *args, **kwargs)
 
     monkeypatch.setattr(server, "serve_features", slow)
     local = FeatureView.from_table(conn.get_table("shop.customer"), entity_keys=["id"], features=["tier", "score"])
-    sets = [[1, 2], [3], [2, 99], [1], [3, 3, 1]]
 
     def ask(ids):
         with serving.connect(server.location) as client:
-            view = FeatureView.from_table(client.get_table("shop.customer"), entity_keys=["id"],
-                                          features=["tier", "score"])
+            table = client.get_table("shop.customer")
+            view = FeatureView.from_table(table, entity_keys=["id"], features=["tier", "score"])
+            assert table.lookup_one({"id": 1}) is not None  # opens the lane connection (its hello needs the loop)
+            ready.wait(10)
             if ids is None:  # a view of a table the server does not have: refused by the server
                 command = encode_command("online_features", views=[{**view.definition(), "table": "shop.gone"}])
                 return client._exchange("online_features", command, pl.DataFrame({"id": [1]}).to_arrow())
@@ -271,7 +296,7 @@ def test_concurrent_online_features_share_a_call_and_a_bad_one_gets_its_own_erro
             assert_frame_equal(future.result(10), online_features({"id": ids}, local))
         with pytest.raises(fl.TableNotExistError, match="shop.gone"):
             futures[-1].result(10)
-    assert server._coalescer.batches >= 1 and len(calls) < len(sets)
+    assert all_sent.is_set() and server._coalescer.batches >= 1 and len(calls) < len(sets)
 
 
 def conn_table_answer(server):
