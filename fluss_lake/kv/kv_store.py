@@ -20,6 +20,7 @@ import polars as pl
 import pyarrow as pa
 
 from fluss_lake._utils import arrow_pool
+from fluss_lake._utils.frames import to_arrow as frame_to_arrow
 from fluss_lake.kv import compactor, memtable_budget
 from fluss_lake.kv.segment import (
     HASH_COLUMN,
@@ -115,7 +116,7 @@ class KvStore(StateReader):
         if isinstance(rows, pa.Table):
             data = rows if rows.column_names == names else rows.select(names)
         else:
-            data = (rows if rows.columns == names else rows[names]).to_arrow()
+            data = frame_to_arrow(rows if rows.columns == names else rows[names])
         if not is_identity(order):
             data = take(data, order)
             ts = None if ts is None else ts[order]

@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from fluss_lake._utils.arrow_pool import pool
 from fluss_lake._utils.distinct import distinct, distinct_rows
+from fluss_lake._utils.frames import to_arrow as frame_to_arrow
 from fluss_lake.exceptions import CommitConflictError, CorruptedDataError
 from fluss_lake.io import layout
 from fluss_lake.io.store import ObjectStore
@@ -344,7 +345,7 @@ class KvTablet:
                 final = (final[0], final_rows, final[2], final[3])
             commit_ts = self.log.next_commit_ts(self.clock())
             if isinstance(changelog, pl.DataFrame):
-                changelog = changelog.to_arrow()
+                changelog = frame_to_arrow(changelog)
             header = BatchHeader(
                 base,
                 len(changelog),
@@ -441,7 +442,7 @@ class KvTablet:
         # The after-images of changed keys are both changelog records and the final image (their key values are
         # the written ones): converted to Arrow once for both, unless the auto-increment merger renumbers them.
         shared = touched.all() and not isinstance(merger, AutoIncrementMerger)
-        after_arrow = after_rows.to_arrow() if shared else None
+        after_arrow = frame_to_arrow(after_rows) if shared else None
         final_rows: pl.DataFrame | pa.Table
         if touched.all():
             final_rows = after_rows if after_arrow is None else after_arrow
@@ -479,7 +480,7 @@ class KvTablet:
         source[slot[a] + before[a]] = n + a
         types[slot[a] + before[a]] = after_types[a]
         # One compiled gather per column over [current rows | after-images] (no concatenated copy first).
-        sides = [current.to_arrow(), outcome.after.to_arrow() if after_arrow is None else after_arrow]
+        sides = [frame_to_arrow(current), frame_to_arrow(outcome.after) if after_arrow is None else after_arrow]
         side = (source >= n).astype(np.int64)
         row = source - n * side
         names = sides[0].column_names

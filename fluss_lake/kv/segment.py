@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fluss_lake._utils.arrow_pool import pool
+from fluss_lake._utils.frames import to_arrow as frame_to_arrow
 from fluss_lake.exceptions import CorruptedDataError
 from fluss_lake.io.checksum import corrupted, crc32c
 from fluss_lake.io.files import fsync_file, unlink_quietly
@@ -275,7 +276,7 @@ class Segment:
     @classmethod
     def in_memory(cls, frame: pl.DataFrame) -> Segment:
         """A memtable segment from a frame holding hash and tombstone columns, sorted by hash."""
-        table = frame.to_arrow()
+        table = frame_to_arrow(frame)
         return cls(
             f"mem-{uuid.uuid4().hex}",
             None,
@@ -461,7 +462,7 @@ def write_segment(directory: str, frame: pl.DataFrame | pa.Table, *, fsync: bool
     name = f"seg-{uuid.uuid4().hex}.arrow"
     path = os.path.join(directory, name)
     tmp = os.path.join(directory, f".tmp-{name}")
-    table = frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame.combine_chunks(memory_pool=pool())
+    table = frame_to_arrow(frame) if isinstance(frame, pl.DataFrame) else frame.combine_chunks(memory_pool=pool())
     with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table, max_chunksize=max(table.num_rows, 1))
     crc = file_crc(tmp)

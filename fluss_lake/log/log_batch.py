@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fluss_lake._utils.arrow_pool import pool
+from fluss_lake._utils.frames import to_arrow as frame_to_arrow
 from fluss_lake.exceptions import CorruptedDataError
 from fluss_lake.io.checksum import corrupted, is_sealed, seal, unseal
 
@@ -110,7 +111,7 @@ def encode_batch(
         table = rows
         frame = pl.DataFrame(pl.from_arrow(rows.select(list(stats_columns)))) if stats_columns else None
     else:
-        table = rows.to_arrow()
+        table = frame_to_arrow(rows)
         frame = rows
     stats, nulls, nan_columns = _stats_frame(frame, stats_columns) if frame is not None else (None, {}, [])
     header = {
@@ -126,7 +127,7 @@ def encode_batch(
     }
     if stats is not None:
         sink = pa.BufferOutputStream()
-        arrow_stats = stats.to_arrow()
+        arrow_stats = frame_to_arrow(stats)
         with pa.ipc.new_stream(sink, arrow_stats.schema) as writer:
             writer.write_table(arrow_stats)
         header["stats"] = base64.b64encode(sink.getvalue().to_pybytes()).decode()
