@@ -188,6 +188,23 @@ def bigint_hashes(const uint64_t[::1] values, uint64_t[::1] out):
             out[i] = xxh64(buf, varint(values[i], buf))
 
 
+def int_key_hashes(const uint64_t[:, ::1] columns, uint64_t[::1] out):
+    """XXH64 of each row's key made of integer columns (``columns[c, i]``: the unsigned two's complement of
+    row ``i``'s value in key column ``c``, INT widened from 32 bits): their LEB128 varints one after the other,
+    the compacted encoding of such a key, without building the key bytes of the whole batch."""
+    cdef Py_ssize_t i, c, k = columns.shape[0], n = columns.shape[1]
+    cdef int length
+    cdef uint8_t buf[256]
+    if k > 25:
+        raise ValueError("int_key_hashes: at most 25 key columns")
+    with nogil:
+        for i in range(n):
+            length = 0
+            for c in range(k):
+                length += varint(columns[c, i], &buf[length])
+            out[i] = xxh64(buf, length)
+
+
 def append_rows(const uint8_t[::1] pool, const int64_t[::1] starts, const int64_t[::1] lengths,
                 int64_t[::1] cursor, uint8_t[::1] out):
     """Append ``pool[starts[i]:starts[i] + lengths[i]]`` to row ``i`` of ``out`` at ``cursor[i]`` (advanced):

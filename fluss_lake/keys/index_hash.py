@@ -15,7 +15,10 @@ import pyarrow as pa  # noqa: F401 - used by the doctest
 from fluss_lake.keys import _hash_kernels  # type: ignore[attr-defined]
 from fluss_lake.keys.bucketing import encode_primary_key_hash
 
-__all__ = ["bigint_key_hashes", "index_hashes", "prefix_ranges"]
+__all__ = ["bigint_key_hashes", "index_hashes", "int_key_hashes", "prefix_ranges"]
+
+#: Integer key columns hashed by one compiled loop (a varint takes at most 10 bytes of the kernel's 256).
+_MAX_INT_COLUMNS = 25
 
 _HIGH = np.uint64(0xFFFFFFFF00000000)
 _SHIFT = np.uint64(32)
@@ -27,6 +30,10 @@ def _hash(frame: pl.DataFrame, columns: Sequence[str]) -> np.ndarray:
         column = frame.get_column(columns[0])
         if column.dtype == pl.Int64 and not column.has_nulls():
             return bigint_key_hashes(column.to_numpy())
+    elif 1 < len(columns) <= _MAX_INT_COLUMNS:
+        series = [frame.get_column(c) for c in columns]
+        if all(s.dtype in (pl.Int64, pl.Int32) and not s.has_nulls() for s in series):
+            return int_key_hashes([s.to_numpy() for s in series])
     return encode_primary_key_hash([frame.get_column(c).to_arrow() for c in columns])
 
 
@@ -45,6 +52,31 @@ def bigint_key_hashes(values: np.ndarray) -> np.ndarray:
     v = np.ascontiguousarray(values, dtype=np.int64).view(np.uint64)
     out = np.empty(len(v), dtype=np.uint64)
     _hash_kernels.bigint_hashes(v, out)
+    return out
+
+
+def int_key_hashes(columns: Sequence[np.ndarray]) -> np.ndarray:
+    """``hash64`` of the compacted encoding of a key made of INT and BIGINT columns (no nulls), computed from the
+    values: one compiled loop for the batch instead of building every key's bytes (a write's keys, a lookup's).
+
+    Equal, bit for bit, to ``encode_primary_key_hash`` of the same columns (a property test checks it over any
+    values, both widths mixed).
+
+    Examples
+    --------
+    >>> a, b = np.array([1, -7], dtype=np.int64), np.array([300, 2**31 - 1], dtype=np.int32)
+    >>> bool((int_key_hashes([a, b]) == encode_primary_key_hash([pa.array(a), pa.array(b)])).all())
+    True
+    """
+    matrix = np.empty((len(columns), len(columns[0]) if len(columns) else 0), dtype=np.uint64)
+    for row, values in zip(matrix, columns, strict=True):
+        # INT is the varint of its 32-bit two's complement, BIGINT of its 64-bit one
+        if values.dtype == np.int32:
+            row[:] = values.view(np.uint32)
+        else:
+            row[:] = values.astype(np.int64, copy=False).view(np.uint64)
+    out = np.empty(matrix.shape[1], dtype=np.uint64)
+    _hash_kernels.int_key_hashes(matrix, out)
     return out
 
 
