@@ -19,6 +19,7 @@ from typing import Literal, overload
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fluss_lake._utils.arrow_pool import pool
 from fluss_lake._utils.distinct import distinct, distinct_rows
@@ -587,7 +588,15 @@ def _equal_missing(left: pl.Series, right: pl.Series) -> np.ndarray:
     """``left.eq_missing(right)`` as a numpy mask; integers and floats compared in numpy (no Polars query), with
     Polars' float equality (NaN equals NaN, -0.0 equals 0.0) and nulls equal only to nulls."""
     dtype = left.dtype
-    if not (dtype.is_integer() or dtype.is_float()) or dtype != right.dtype:
+    if dtype != right.dtype:
+        return left.eq_missing(right).to_numpy()
+    if dtype in _ARROW_EQUAL:  # strings, binaries, booleans, dates: Arrow's kernel, no Polars query
+        a, b = _one_chunk(left.to_arrow()), _one_chunk(right.to_arrow())
+        same = pc.equal(a, b)
+        if a.null_count or b.null_count:  # nulls equal only to nulls
+            same = pc.or_(pc.fill_null(same, False), pc.and_(a.is_null(), b.is_null()))
+        return same.to_numpy(zero_copy_only=False)
+    if not (dtype.is_integer() or dtype.is_float()):
         return left.eq_missing(right).to_numpy()
     (a, a_valid), (b, b_valid) = _numbers(left), _numbers(right)
     same = a == b
@@ -598,6 +607,14 @@ def _equal_missing(left: pl.Series, right: pl.Series) -> np.ndarray:
     a_valid = np.ones(len(a), dtype=bool) if a_valid is None else a_valid
     b_valid = np.ones(len(b), dtype=bool) if b_valid is None else b_valid
     return (same & a_valid & b_valid) | ~(a_valid | b_valid)
+
+
+#: Types whose equality Arrow's ``equal`` kernel gives as Polars' does (floats are compared in numpy: NaN).
+_ARROW_EQUAL = (pl.String, pl.Binary, pl.Boolean, pl.Date)
+
+
+def _one_chunk(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
 
 def _numbers(series: pl.Series) -> tuple[np.ndarray, np.ndarray | None]:

@@ -64,12 +64,8 @@ def merge_run(
         order, sorted_hashes = _merge_order([s.hashes for s in chosen])  # newest version of a key first
         repeat = np.r_[False, sorted_hashes[1:] == sorted_hashes[:-1]]
         keep = ~repeat
-        if repeat.any():
-            frame = conform(combined.select(list(primary_key)), schema)
-            later = frame[order[repeat]]
-            earlier = frame[order[np.flatnonzero(repeat) - 1]]
-            if not keys_equal(later, earlier, primary_key).all():  # a hash collision: compare keys
-                keep = _first_of_each_key(frame, order, primary_key)
+        if repeat.any() and not _repeats_are_same_keys(combined, primary_key, order, repeat):
+            keep = _first_of_each_key(conform(combined.select(list(primary_key)), schema), order, primary_key)
         selected = order[keep]
         kept_hashes = sorted_hashes[keep]  # = hashes[selected]
         del order, sorted_hashes, repeat, keep  # big merges: hold as few row-sized arrays as possible
@@ -119,6 +115,22 @@ def _data_table(segment: Segment, schema: pl.Schema, ttl_ms: int) -> pa.Table:
         data = data.append_column(TS_COLUMN, ts.cast(pa.int64()))
     offsets = table.column(OFFSET_COLUMN) if OFFSET_COLUMN in present else pa.nulls(table.num_rows, pa.int64())
     return data.append_column(OFFSET_COLUMN, offsets)
+
+
+def _repeats_are_same_keys(
+    combined: pa.Table, primary_key: Sequence[str], order: np.ndarray, repeat: np.ndarray
+) -> bool:
+    """Whether every repeated hash (``repeat`` over the hash order) belongs to the same key as the row before it,
+    i.e. no two distinct keys share a hash. Integer keys (the usual case) are compared in numpy; other keys as
+    frames of the key columns only (the primary key is in every segment: no schema to conform)."""
+    later = order[repeat]
+    earlier = order[np.flatnonzero(repeat) - 1]
+    columns = [combined.column(k) for k in primary_key]
+    if all(pa.types.is_integer(c.type) and not c.null_count for c in columns):
+        return all(bool((v[later] == v[earlier]).all()) for v in (c.to_numpy() for c in columns))
+    frame = pl.from_arrow(pa.table(columns, names=list(primary_key)))
+    assert isinstance(frame, pl.DataFrame)
+    return bool(keys_equal(frame[later], frame[earlier], primary_key).all())
 
 
 def _first_of_each_key(frame: pl.DataFrame, order: np.ndarray, primary_key: Sequence[str]) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""The numpy comparison behind skip-unchanged writes equals Polars' ``eq_missing`` for numbers with nulls, NaN,
-signed zeros, extreme integers, sliced and chunked columns."""
+"""The numpy (numbers) and Arrow (strings, binaries, booleans, dates) comparisons behind skip-unchanged writes equal
+Polars' ``eq_missing`` with nulls, NaN, signed zeros, extreme integers, sliced and chunked columns."""
 
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ _VALUES = {
     pl.UInt64: [None, 0, 1, 2**63, 2**64 - 1],
     pl.Int8: [None, -128, 0, 127],
     pl.String: [None, "", "a"],
+    pl.Binary: [None, b"", b"a", b"\x00"],
+    pl.Boolean: [None, True, False],
+    pl.Date: [None, 0, 19000, -1],
 }
 
 

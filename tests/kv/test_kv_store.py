@@ -111,6 +111,37 @@ def test_hash_collisions_are_resolved_by_key(weak_hash, tmp_path_factory, ops, p
     assert looked.get_column("n").to_list() == [expected.get(k) for k in range(31)]
 
 
+@pytest.mark.parametrize("key", ["string", "two integers"])
+def test_hash_collisions_in_memtable_merges_are_resolved_by_key(weak_hash, tmp_path, key) -> None:
+    """Memtable merges compare the keys behind repeated hashes: in numpy for integer keys of several columns, as
+    frames for other keys; distinct keys sharing a hash all survive, a key's newest row wins."""
+    conn = fl.connect(tmp_path)
+    conn.create_database("d")
+    schema = {"id": "STRING", "n": "INT"} if key == "string" else {"id": "BIGINT", "k": "INT", "n": "INT"}
+    pk = ["id"] if key == "string" else ["id", "k"]
+    conn.create_table("d.t", schema=schema, primary_key=pk)
+    table = conn.get_table("d.t")
+    rng = np.random.default_rng(3)
+    expected: dict[tuple, int] = {}
+    for step in range(40):  # 40 batches: the memtable merges runs of them many times
+        ids = rng.integers(0, 12, 5)
+        ks = rng.integers(-2, 2, 5).astype(np.int32)
+        rows = {(str(i) if key == "string" else int(i), int(k)): step * 10 + j for j, (i, k) in enumerate(zip(ids, ks))}
+        if key == "string":
+            rows = {(i, 0): v for (i, _), v in rows.items()}
+            frame = pl.DataFrame({"id": [i for i, _ in rows], "n": list(rows.values())},
+                                 schema={"id": pl.String, "n": pl.Int32})
+        else:
+            frame = pl.DataFrame({"id": [i for i, _ in rows], "k": [k for _, k in rows], "n": list(rows.values())},
+                                 schema={"id": pl.Int64, "k": pl.Int32, "n": pl.Int32})
+        table.upsert(frame)
+        expected.update(rows)
+    assert len(table._tablets().kv_tablet(0).kv.segments) < 40  # merges happened
+    state = table.to_polars()
+    got = {(r["id"], r.get("k", 0)): r["n"] for r in state.to_dicts()}
+    assert got == expected
+
+
 def test_lazy_state_equals_eager_state(tmp_path) -> None:
     table = _table(tmp_path)
     for step in range(9):
