@@ -143,7 +143,9 @@ class DeltaJoin(Job):
         pk = self._pk(alias)
         needed = self.plan.needed[alias]
         schema = table.schema.polars_schema
-        keys = keys.with_columns([pl.col(c).cast(schema[c]) for c in keys.columns])
+        casts = [pl.col(c).cast(schema[c]) for c, dtype in keys.schema.items() if dtype != schema[c]]
+        if casts:  # a Polars query only where a probe key's type differs from the table's
+            keys = keys.with_columns(casts)
         defer = self._defer_pending
         if not keys.height:
             rows = pl.DataFrame(schema={c: schema[c] for c in needed})
@@ -152,7 +154,8 @@ class DeltaJoin(Job):
         else:
             if list(probe) == pk:
                 rows = table.new_lookup().lookup(keys.select(pk), with_found=True, with_offsets=defer)
-                rows = rows.filter(pl.col("_found"))
+                found = rows.get_column("_found").to_numpy()
+                rows = rows if found.all() else rows[np.flatnonzero(found)]  # a gather, not a Polars query
             else:
                 rows = table.prefix_lookup(keys.select(list(probe)), with_offsets=defer)
             rows = rows.select(*needed, self._pending(alias, rows).alias(PENDING)) if defer else rows.select(needed)

@@ -469,13 +469,19 @@ class JoinPlan:
         return list(self.result.schema.primary_key)
 
     def qualify(self, alias: str, frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.rename({c: f"{alias}.{c}" for c in frame.columns if c != LIVE}).rename(
-            {LIVE: f"{alias}.{LIVE}"} if LIVE in frame.columns else {}
-        )
+        """`frame`'s columns (``__live`` too) named ``alias.column``; a renamed shallow copy, no Polars query."""
+        out = frame.clone()  # shares the buffers: renaming the copy leaves `frame` as it was
+        out.columns = [f"{alias}.{c}" for c in frame.columns]
+        return out
 
     def live(self, alias: str, frame: pl.DataFrame, found: pl.Series | None = None) -> pl.DataFrame:
         """`frame` (unqualified rows of `alias`) with ``__live``: present (`found`) and passing where[alias]."""
         expr = self.where.get(alias)
+        if expr is None and LIVE not in frame.columns:  # no filter on this input: the flag without a Polars query
+            flag = pl.Series(LIVE, found, dtype=pl.Boolean) if found is not None else None
+            if flag is None:
+                flag = pl.repeat(True, frame.height, dtype=pl.Boolean, eager=True).alias(LIVE)
+            return frame.hstack([flag])
         live = pl.lit(True) if expr is None else expr.fill_null(False)
         if found is not None:
             live = live & pl.Series(found)
