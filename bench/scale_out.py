@@ -1,8 +1,10 @@
 """Scale-out: the delta join of ``bench.delta_join`` as one shard in one process, and as 1 and 2 shards on Ray.
 
 Inputs: ``orders`` (primary key ``(cid, oid)``, bucket key ``cid``) and ``customers`` (primary key ``cid``),
-``--rows`` rows each, 4 buckets; ``orders LEFT JOIN customers ON cid`` into a 6-column result table, from an
-empty checkpoint over the whole changelog, on local disk and on a moto S3 server (127.0.0.1, in this process).
+``--rows`` rows each, 4 buckets; ``orders LEFT JOIN customers ON cid`` into a 6-column result table (primary key
+``(cid, oid)``, bucketed by ``cid`` like its inputs, as ``docs/SCALE-OUT.md`` recommends for a sharded join;
+``--result-bucket-key primary-key`` buckets it by its primary key, the layout of rounds 1-3), from an empty
+checkpoint over the whole changelog, on local disk and on a moto S3 server (127.0.0.1, in this process).
 
 Contenders, each timed from the start of its work to the last shard's end:
 
@@ -24,6 +26,8 @@ process during its shard (the plain process's likewise). The log line of each ru
 processes on the machine used meanwhile: on a shared 2-core machine two shards need both cores, so other work slows
 them most. Before the joins, the commit rate into one bucket (one writer, 1 and 10,000 rows per commit) on each
 store: the capacity plan's figure (``docs/SCALE-OUT.md``).
+Contenders take turns (each repeat starts with another), and the disk is synced before each, so none pays for the
+write-back of another's files.
 Goals (the issue): 2 shards >= 1.6x one shard's rows/s; Ray's overhead for one shard <= 10 % of the plain
 process (ratio >= 0.9); memory per shard falls with the shard count.
 
@@ -192,8 +196,12 @@ def _result_rows(store: dict[str, Any], result: str) -> int:
 
 def _measure(store: dict[str, Any], rows: int, repeats: int) -> dict[str, dict[str, list[float]]]:
     out: dict[str, dict[str, list[float]]] = {k: {"rows_per_s": [], "peak_anon": []} for k in ("plain", "ray1", "ray2")}
+    kinds = ["ray1", "ray2", "plain"]
     for r in range(repeats):
-        for kind in ("ray1", "ray2", "plain"):
+        # each repeat starts with another contender (on this VM the first run after a pause is slower), and each
+        # contender starts with the previous one's result files on disk (their write-back is not its cost)
+        for kind in kinds[r % 3 :] + kinds[: r % 3]:
+            os.sync()
             result = f"{kind}_view_{r}_{uuid.uuid4().hex[:6]}"
             if kind == "plain":
                 run = run_child(BENCH, "child_plain", {"store": store, "result": result, "root": os.getpid()})
@@ -264,9 +272,11 @@ def _stores(args: argparse.Namespace) -> list[tuple[str, dict[str, Any], Any]]:
 
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-s3", action="store_true", help="only local disk (no moto S3 server)")
-    parser.add_argument("--result-bucket-key", default=None,
-                        help="bucket the result table by this column (e.g. cid, the join key the inputs are bucketed "
-                        "by: each shard then writes only its own result buckets); default: by its primary key")
+    parser.add_argument("--result-bucket-key", default="cid",
+                        help="bucket the result table by this column (default cid, the join key the inputs are "
+                        "bucketed by: each shard then writes only its own result buckets, the layout "
+                        "docs/SCALE-OUT.md recommends); 'primary-key': by its primary key (cid, oid), as in rounds "
+                        "1-3, where every shard writes every result bucket")
     parser.add_argument("--s3-rows", type=int, default=None,
                         help="rows per side on moto S3 (default: --rows; moto serves every request from one Python "
                         "process, so 1M rows there take minutes per contender)")
@@ -282,7 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     _start_ray()
     try:
         for where, store, server in _stores(args):
-            if args.result_bucket_key:
+            by_key = args.result_bucket_key not in ("", "primary-key")
+            if by_key:
                 store["result_bucket_keys"] = [args.result_bucket_key]
             rows = args.s3_rows if where == "moto S3" and args.s3_rows else args.rows
             log(f"setup on {where}: {rows:,} rows per side")
@@ -296,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
             if server is not None:
                 server.stop()
             label = f"delta join orders LEFT JOIN customers, {rows:,} rows per side, {where}"
-            if args.result_bucket_key:
+            if by_key:
                 label += f", result bucketed by {args.result_bucket_key}"
             plain, ray1, ray2 = (median(m[k]["rows_per_s"]) for k in ("plain", "ray1", "ray2"))
             mem = {k: median(m[k]["peak_anon"]) for k in ("plain", "ray1", "ray2")}
