@@ -120,15 +120,36 @@ def encode_unary(command: bytes, rows: pa.Table | pl.DataFrame) -> bytes:
     return command + b"\n" + ipc_bytes(rows)
 
 
+_KEY_FIELD: Final = b'"key":'
+
+
 def decode_unary(
-    body: Any, *, limit: int, expected: tuple[str, ...], known: dict[bytes, dict[str, Any]] | None = None
+    body: Any,
+    *,
+    limit: int,
+    expected: tuple[str, ...],
+    known: dict[bytes, dict[str, Any]] | None = None,
+    points: dict[bytes, dict[str, Any]] | None = None,
 ) -> tuple[dict[str, Any], pl.DataFrame | None]:
     """The command and the input rows of :func:`encode_unary`'s body, checked as :func:`decode_command` does (no
     rows: the command holds its input, as a one-key ``lookup``'s ``key``).
 
     `known`: commands decoded before, by their bytes (a client sends the same online-features command, the JSON of
     its views, with every request): a repeated one is not parsed again. Only commands naming ``views`` and no
-    ``request_id`` are kept, at most 256; callers must not change the dict they get back."""
+    ``request_id`` are kept, at most 256; callers must not change the dict they get back.
+
+    `points`: the heads of one-key lookups decoded before (the command up to its ``"key":``, exactly as
+    :func:`encode_command` writes it; at most 256): a body with a known head has only its key parsed, the rest of
+    the command is the head's (a fresh dict each call)."""
+    if points is not None and type(body) is bytes and len(body) <= limit and body.endswith(b"}\n"):
+        at = body.find(_KEY_FIELD)
+        template = points.get(body[:at]) if at > 0 else None
+        if template is not None:
+            key = _point_key(body, at + len(_KEY_FIELD), template)
+            if key is not None:
+                command = {"verb": "lookup", "table": template["table"], "with_found": template["with_found"]}
+                command["key"] = key
+                return command, None
     if isinstance(body, bytes):
         cut = body.find(b"\n", 0, limit + 1)
         raw = memoryview(body)
@@ -142,20 +163,60 @@ def decode_unary(
             )
         raise MalformedRequestError("the request has no input rows after its command")
     head = bytes(raw[:cut])
-    command = known.get(head) if known is not None else None
-    if command is None or command.get("verb") not in expected:
+    seen = known.get(head) if known is not None else None
+    if seen is not None and seen.get("verb") in expected:
+        command = seen
+    else:
         command = decode_command(head, limit=limit, expected=expected)
         if known is not None and "views" in command and not command.get("request_id"):
             if len(known) >= 256:
                 known.clear()
             known[head] = command
     if len(raw) == cut + 1:
+        if points is not None and command.get("verb") == "lookup" and list(command) == _POINT_FIELDS:
+            _remember_point(points, head, command)
         return command, None
     try:
         rows = read_ipc(raw[cut + 1 :])
     except (pl.exceptions.ComputeError, pl.exceptions.PolarsError, OSError, ValueError) as exc:
         raise MalformedRequestError(f"the request's rows are not an Arrow IPC stream: {exc}") from None
     return command, rows
+
+
+_POINT_FIELDS: Final = ["verb", "table", "with_found", "key"]
+
+
+def _point_key(body: bytes, start: int, template: dict[str, Any]) -> dict[str, Any] | None:
+    """The key object of a one-key lookup's body from `start` (it ends the command: ``<key>}\n``), or None if it is
+    not exactly one JSON object. An integer after the head of a one-column key (``{"id":``) is read as JSON reads
+    it: digits, an optional minus, no leading zero (``json.loads`` costs ~5 us a call whatever it parses)."""
+    column, field = template["column"], template["field"]
+    if column is not None and body.startswith(field, start) and body.endswith(b"}}\n"):
+        digits = body[start + len(field) : -3]
+        plain = digits[1:] if digits[:1] == b"-" else digits
+        if plain.isdigit() and (plain[:1] != b"0" or len(plain) == 1):
+            return {column: int(digits)}
+    try:
+        key = json.loads(body[start:-2])
+    except ValueError:  # not one JSON value (e.g. more fields after it): the whole command is parsed
+        return None
+    return key if type(key) is dict else None
+
+
+def _remember_point(points: dict[bytes, dict[str, Any]], head: bytes, command: dict[str, Any]) -> None:
+    """Keep a one-key lookup's head for :func:`decode_unary` if the command is written as the client writes it."""
+    table, with_found = command["table"], command["with_found"]
+    if not (isinstance(table, str) and type(with_found) is bool and isinstance(command["key"], dict)):
+        return
+    canonical = encode_command("lookup", table=table, with_found=with_found, key=None)[: -len(b"null}")]
+    at = head.find(_KEY_FIELD)
+    if at > 0 and head[: at + len(_KEY_FIELD)] == canonical:
+        if len(points) >= 256:
+            points.clear()
+        key = command["key"]
+        column = next(iter(key)) if len(key) == 1 else None
+        field = b"{" + json.dumps(column).encode() + b":" if column is not None else b""
+        points[canonical[:at]] = {"table": table, "with_found": with_found, "column": column, "field": field}
 
 
 def encode_command(verb: str, **options: Any) -> bytes:

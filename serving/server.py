@@ -77,7 +77,7 @@ __all__ = ["FlussLakeServer", "ServerConfig", "is_loopback"]
 _log = logging.getLogger("serving")
 _IPC_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an Arrow IPC stream's end-of-stream marker
 #: A table's point answers: their Arrow schema, its IPC stream head, the packer of one row (or None: pyarrow's).
-_PointEncoder = tuple[pa.Schema, bytes, Callable[[Sequence[Any]], bytes] | None]
+_PointEncoder = tuple[pa.Schema, bytes, Callable[[Sequence[Any]], bytes] | None, tuple[str, ...]]
 STATUS_PREFIX = "__fl_status_"
 TIME_PREFIX = "__fl_time_"
 
@@ -281,6 +281,7 @@ class FlussLakeServer(flight.FlightServerBase):
         self._schemas: dict[tuple[str, bool], tuple[Any, _PointEncoder | None]] = {}
         self._coalescer = Coalescer()
         self._commands: dict[bytes, dict[str, Any]] = {}  # unary commands decoded before (protocol.decode_unary)
+        self._points: dict[bytes, dict[str, Any]] = {}  # heads of one-key lookups decoded before (the same)
         self._views_keys: dict[int, tuple[dict[str, Any], str]] = {}  # a known command's views key, by its id
         self._stopped = threading.Event()
         tls = config.tls_cert is not None
@@ -500,10 +501,11 @@ class FlussLakeServer(flight.FlightServerBase):
         if command["verb"] != "lookup" or not isinstance(command.get("key"), dict) or command.get("with_offsets"):
             raise MalformedRequestError("only a lookup without offsets takes its key in the command ('key': {...})")
         table = self.table(command.get("table"))
-        self._authorize(context, str(table.path), write=False)
+        if self.config.tokens is not None:
+            self._authorize(context, str(table.path), write=False)
         key = command["key"]
         with_found = bool(command.get("with_found"))
-        encoder = self._point_encoder(table, with_found)
+        encoder = self._point_encoder(table, command["table"], with_found)
         request.rows_in = request.rows_out = 1
         request.check_time("looking up")
         if encoder is None:  # nested columns: the batched path builds the row
@@ -513,16 +515,17 @@ class FlussLakeServer(flight.FlightServerBase):
         values = row if row is not None else key  # absent: the key columns set, the others null
         if with_found:
             values = {**values, "_found": row is not None}
-        schema, head, pack = encoder
+        schema, head, pack, names = encoder
         if pack is not None:
-            return head + pack([values.get(name) for name in schema.names]) + _IPC_END
+            return head + pack([values.get(name) for name in names]) + _IPC_END
         return head + pa.RecordBatch.from_pylist([values], schema=schema).serialize().to_pybytes() + _IPC_END
 
-    def _point_encoder(self, table: fl.Table, with_found: bool) -> _PointEncoder | None:
-        """The Arrow schema of `table`'s point answers, its IPC stream head and the packer of one answer row
-        (:mod:`serving.one_row`; None for column types it does not pack: pyarrow builds those rows), made once per
-        table version (None if a column is nested: those rows go through the batched path)."""
-        cache_key = (str(table.path), with_found)
+    def _point_encoder(self, table: fl.Table, name: str, with_found: bool) -> _PointEncoder | None:
+        """The Arrow schema of `table`'s point answers, its IPC stream head, the packer of one answer row
+        (:mod:`serving.one_row`; None for column types it does not pack: pyarrow builds those rows) and the
+        columns' names, made once per table version (None if a column is nested: those rows go through the batched
+        path). `name`: the table's name as the request spells it (the cache key)."""
+        cache_key = (name, with_found)
         cached = self._schemas.get(cache_key)
         if cached is not None and cached[0] is table.info:
             return cached[1]
@@ -532,7 +535,7 @@ class FlussLakeServer(flight.FlightServerBase):
             schema = pl.DataFrame(schema=dtypes).to_arrow().schema
             if with_found:
                 schema = schema.append(pa.field("_found", pa.bool_()))
-            encoder = (schema, schema.serialize().to_pybytes(), row_encoder(schema))
+            encoder = (schema, schema.serialize().to_pybytes(), row_encoder(schema), tuple(schema.names))
         self._schemas[cache_key] = (table.info, encoder)
         return encoder
 
@@ -584,7 +587,9 @@ class FlussLakeServer(flight.FlightServerBase):
                 f"the request is over the server's limit of {config.max_request_bytes} bytes; split it into "
                 "smaller batches"
             )
-        return decode_unary(body, limit=config.max_command_bytes, expected=EXCHANGE_VERBS, known=self._commands)
+        return decode_unary(
+            body, limit=config.max_command_bytes, expected=EXCHANGE_VERBS, known=self._commands, points=self._points
+        )
 
     def _views_key(self, command: dict) -> str:
         """:func:`_views_key`, remembered for the commands :meth:`_decode` keeps (the same dict each time)."""
