@@ -20,7 +20,8 @@ from assets import generators as gen
 from assets.resources import DemoScenario
 from assets.training import read_training_set
 
-pytestmark = pytest.mark.slow
+# one xdist worker builds the home once: the module's tests spread over both workers built it on each (30-55 s)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("home_verbs")]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,9 +34,10 @@ def _run(*argv: str, cwd: Path, extra_env: dict[str, str] | None = None) -> subp
                           text=True, timeout=600, check=False)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def demo_home(tmp_path_factory) -> Path:
-    """A home with two days of the demo materialized by ``materialize --days 2``."""
+    """A home with two days of the demo materialized by ``materialize --days 2`` (session-scoped: xdist runs the
+    group's tests on one worker, not one after the other, and a module fixture would be built again)."""
     home = tmp_path_factory.mktemp("cli") / "home"
     out = _run("materialize", "--home", str(home), "--days", "2", cwd=home.parent)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
